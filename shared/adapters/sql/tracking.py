@@ -1,0 +1,20 @@
+"""Tracking rows: which stream sequence each projection has applied."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.shared.adapters.sql.tables import tracking
+from memoryd.shared.adapters.sql.upsert import upsert
+
+
+async def position(session: AsyncSession, consumer: str) -> int:
+    """Return the last stream sequence ``consumer`` applied (0 if none)."""
+    value = await session.scalar(select(tracking.c.position).where(tracking.c.consumer == consumer))
+    return int(value or 0)
+
+
+async def advance(session: AsyncSession, consumer: str, sequence: int) -> None:
+    """Record that ``consumer`` applied everything up to ``sequence`` (same transaction)."""
+    await upsert(session, tracking, [{"consumer": consumer, "position": sequence}], ["consumer"])

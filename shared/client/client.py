@@ -1,0 +1,196 @@
+"""The async client SDK: publish events, recall, subscribe to notifications, settle."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from pydantic import TypeAdapter
+
+from memoryd.shared import subjects
+from memoryd.shared.adapters.nats_log import EventPublisher, connect, wait_until_applied
+from memoryd.shared.contracts.events import (
+    Category,
+    Event,
+    MemoryForgotten,
+    MemoryRemembered,
+    MemoryType,
+    SessionEnded,
+    TurnRecorded,
+)
+from memoryd.shared.contracts.notifications import MemoryUpdated
+from memoryd.shared.contracts.recall import (
+    RecallError,
+    RecallReply,
+    RecallRequest,
+    RecallResponse,
+)
+from memoryd.shared.contracts.scope import Scope, SearchScope
+from memoryd.shared.domain.memories import memory_id_for_key
+
+_reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
+
+
+class RecallFailed(Exception):
+    """The recall service answered with an error."""
+
+    def __init__(self, error: RecallError) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MemoryClient:
+    """Talk to memoryd over NATS. Build it with ``await MemoryClient.connect(url)``."""
+
+    def __init__(self, nc: NatsClient, stream: str = "MEMORYD") -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._stream = stream
+        self._publisher = EventPublisher(self._js, stream)
+
+    @classmethod
+    async def connect(cls, url: str, stream: str = "MEMORYD") -> MemoryClient:
+        """Connect to the NATS server memoryd runs on."""
+        return cls(await connect(url, name="memoryd-client"), stream)
+
+    async def close(self) -> None:
+        """Flush and close the connection."""
+        await self._nc.drain()
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def publish(self, event: Event) -> int:
+        """Append any event to the log; return its stream sequence."""
+        return await self._publisher.publish(event)
+
+    async def publish_many(self, events: Iterable[Event]) -> list[int]:
+        """Append events pipelined, in order; return their stream sequences."""
+        return await self._publisher.publish_many(events)
+
+    async def record_turn(
+        self,
+        scope: Scope,
+        query: str,
+        response: str,
+        occurred_at: datetime | None = None,
+        turn_id: uuid.UUID | None = None,
+    ) -> uuid.UUID:
+        """Record a conversation turn; return its id (pass ``turn_id`` to make retries safe)."""
+        event = TurnRecorded(
+            event_id=turn_id or uuid.uuid4(),
+            occurred_at=occurred_at or _now(),
+            scope=scope,
+            query=query,
+            response=response,
+        )
+        await self.publish(event)
+        return event.event_id
+
+    async def remember(
+        self,
+        scope: Scope,
+        content: str,
+        key: str | None = None,
+        category: Category = Category.CORE,
+        memory_type: MemoryType = MemoryType.SEMANTIC,
+        importance: float = 0.5,
+        evergreen: bool = False,
+        metadata: dict[str, Any] | None = None,
+        occurred_at: datetime | None = None,
+    ) -> uuid.UUID:
+        """Store an explicit memory; the same key in the same scope replaces it. Return its id."""
+        memory_id = memory_id_for_key(scope, key.strip()) if key else uuid.uuid4()
+        await self.publish(
+            MemoryRemembered(
+                occurred_at=occurred_at or _now(),
+                scope=scope,
+                memory_id=memory_id,
+                key=key,
+                content=content,
+                category=category,
+                memory_type=memory_type,
+                importance=importance,
+                evergreen=evergreen,
+                metadata=metadata or {},
+            )
+        )
+        return memory_id
+
+    async def forget(
+        self, scope: Scope, memory_id: uuid.UUID | None = None, key: str | None = None
+    ) -> None:
+        """Forget a memory by id or by key."""
+        await self.publish(
+            MemoryForgotten(occurred_at=_now(), scope=scope, memory_id=memory_id, key=key)
+        )
+
+    async def end_session(self, scope: Scope, occurred_at: datetime | None = None) -> None:
+        """Mark a session ended: its conversation-category memories are cleared."""
+        await self.publish(SessionEnded(occurred_at=occurred_at or _now(), scope=scope))
+
+    async def recall(
+        self,
+        scope: Scope,
+        query: str = "",
+        search_scope: SearchScope = SearchScope.AGENT,
+        limit: int = 10,
+        max_tokens: int = 2_000,
+        timeout: float = 5.0,
+    ) -> RecallResponse:
+        """Ask the recall service for the memory context of ``query``."""
+        request = RecallRequest(
+            scope=scope,
+            query=query,
+            search_scope=search_scope,
+            limit=limit,
+            max_tokens=max_tokens,
+        )
+        return await self.recall_raw(request.model_dump_json().encode(), timeout)
+
+    async def recall_raw(self, payload: bytes, timeout: float = 5.0) -> RecallResponse:
+        """Send a pre-encoded recall request (for callers that build JSON themselves)."""
+        reply = await self._nc.request(subjects.RECALL_SUBJECT, payload, timeout=timeout)
+        answer = _reply_adapter.validate_json(reply.data)
+        if isinstance(answer, RecallError):
+            raise RecallFailed(answer)
+        return answer
+
+    @asynccontextmanager
+    async def notifications(
+        self, tenant: str, user_id: str | None = None
+    ) -> AsyncIterator[asyncio.Queue[MemoryUpdated]]:
+        """Subscribe to memory-updated notifications of a tenant (or one user) as a queue."""
+        queue: asyncio.Queue[MemoryUpdated] = asyncio.Queue()
+
+        async def deliver(msg: Any) -> None:
+            await queue.put(MemoryUpdated.model_validate_json(msg.data))
+
+        subscription = await self._nc.subscribe(
+            subjects.notify_filter(tenant, user_id), cb=deliver
+        )
+        await self._nc.flush()
+        try:
+            yield queue
+        finally:
+            await subscription.unsubscribe()
+
+    async def wait_until_applied(
+        self,
+        timeout: float = 30.0,
+        consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+    ) -> int:
+        """Wait until the workers have applied everything published so far."""
+        return await wait_until_applied(self._js, self._stream, consumers, timeout)

@@ -1,0 +1,52 @@
+"""Versioned contracts: events, recall request-reply, notifications."""
+
+from memoryd.shared.contracts.events import (
+    EVENT_TYPES,
+    AnyEvent,
+    Category,
+    Event,
+    MemoryForgotten,
+    MemoryRemembered,
+    MemoryType,
+    PageEvicted,
+    SessionEnded,
+    TurnRecorded,
+    decode_event,
+    derived_id,
+    encode_event,
+)
+from memoryd.shared.contracts.notifications import MemoryUpdated
+from memoryd.shared.contracts.recall import (
+    MemoryItem,
+    PageItem,
+    RecallError,
+    RecallReply,
+    RecallRequest,
+    RecallResponse,
+)
+from memoryd.shared.contracts.scope import Scope, SearchScope
+
+__all__ = [
+    "EVENT_TYPES",
+    "AnyEvent",
+    "Category",
+    "Event",
+    "MemoryForgotten",
+    "MemoryItem",
+    "MemoryRemembered",
+    "MemoryType",
+    "MemoryUpdated",
+    "PageEvicted",
+    "PageItem",
+    "RecallError",
+    "RecallReply",
+    "RecallRequest",
+    "RecallResponse",
+    "Scope",
+    "SearchScope",
+    "SessionEnded",
+    "TurnRecorded",
+    "decode_event",
+    "derived_id",
+    "encode_event",
+]

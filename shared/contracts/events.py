@@ -1,0 +1,165 @@
+"""Event contracts: the only things written to the log.
+
+Events are frozen and versioned. A change of shape is a new class with a new ``type``
+(``...v2``) plus an upcaster; an existing version is never edited in place.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    model_validator,
+)
+
+from memoryd.shared.contracts.scope import Scope
+
+MAX_TEXT_CHARS = 32_000
+MAX_KEY_CHARS = 200
+MAX_METADATA_KEYS = 32
+
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
+OptionalText = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
+MemoryKey = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_KEY_CHARS)
+]
+
+# Derived event ids are uuid5 of their cause, so a re-derivation yields the same id and the
+# stream's duplicate window (Nats-Msg-Id) drops the copy.
+DERIVED_NAMESPACE = uuid.UUID("6f1c1a52-8a8e-4d55-9a55-1d0e3c6b7a10")
+
+
+def derived_id(cause: uuid.UUID, purpose: str) -> uuid.UUID:
+    """Return the deterministic id of an event derived from ``cause`` for ``purpose``."""
+    return uuid.uuid5(DERIVED_NAMESPACE, f"{cause}:{purpose}")
+
+
+class Category(StrEnum):
+    """How long an explicit memory lives."""
+
+    CORE = "core"  # never expires
+    DAILY = "daily"  # expires after 30 days
+    CONVERSATION = "conversation"  # cleared when its session ends
+    CUSTOM = "custom"
+
+
+class MemoryType(StrEnum):
+    """What kind of knowledge an explicit memory holds."""
+
+    SEMANTIC = "semantic"
+    EPISODIC = "episodic"
+    PROCEDURAL = "procedural"
+
+
+class Event(BaseModel):
+    """Fields every event carries."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
+    occurred_at: AwareDatetime
+    scope: Scope
+
+
+class TurnRecorded(Event):
+    """A user query and the agent's response happened in a conversation."""
+
+    type: Literal["turn.recorded.v1"] = "turn.recorded.v1"
+    query: OptionalText
+    response: OptionalText
+
+    @model_validator(mode="after")
+    def _has_text(self) -> TurnRecorded:
+        if not (self.query.strip() or self.response.strip()):
+            raise ValueError("a turn needs a query or a response")
+        return self
+
+
+class MemoryRemembered(Event):
+    """An explicit memory was stored (or replaced: same key, same scope)."""
+
+    type: Literal["memory.remembered.v1"] = "memory.remembered.v1"
+    memory_id: uuid.UUID
+    key: MemoryKey | None = None
+    content: Text
+    category: Category = Category.CORE
+    memory_type: MemoryType = MemoryType.SEMANTIC
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    evergreen: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
+
+
+class MemoryForgotten(Event):
+    """An explicit memory was forgotten, by id or by key."""
+
+    type: Literal["memory.forgotten.v1"] = "memory.forgotten.v1"
+    memory_id: uuid.UUID | None = None
+    key: MemoryKey | None = None
+
+    @model_validator(mode="after")
+    def _names_a_memory(self) -> MemoryForgotten:
+        if (self.memory_id is None) == (self.key is None):
+            raise ValueError("forget needs exactly one of memory_id or key")
+        return self
+
+
+class SessionEnded(Event):
+    """A conversation session ended; its conversation-category memories go."""
+
+    type: Literal["session.ended.v1"] = "session.ended.v1"
+
+    @model_validator(mode="after")
+    def _has_session(self) -> SessionEnded:
+        if self.scope.session_id is None:
+            raise ValueError("session.ended needs scope.session_id")
+        return self
+
+
+class PageEvicted(Event):
+    """The oldest short-term page left the FIFO (derived by the STM worker)."""
+
+    type: Literal["page.evicted.v1"] = "page.evicted.v1"
+    cause_event_id: uuid.UUID
+    turn_id: uuid.UUID
+    query: OptionalText
+    response: OptionalText
+    turn_occurred_at: datetime
+
+
+InputEvent = TurnRecorded | MemoryRemembered | MemoryForgotten | SessionEnded
+DerivedEvent = PageEvicted
+AnyEvent = Annotated[InputEvent | DerivedEvent, Field(discriminator="type")]
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    TurnRecorded,
+    MemoryRemembered,
+    MemoryForgotten,
+    SessionEnded,
+    PageEvicted,
+)
+
+event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Parse and validate one event from its JSON bytes (raises pydantic.ValidationError)."""
+    return event_adapter.validate_json(data)
+
+
+def encode_event(event: Event) -> bytes:
+    """Serialise an event to the JSON bytes written to the log."""
+    return event.model_dump_json().encode()
+
+
+def event_type_name(event: Event) -> str:
+    """Return the versioned type string of an event."""
+    return str(getattr(event, "type"))

@@ -1,0 +1,43 @@
+"""Explicit memories: identity, lifetime and plain keyword matching (pure)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import datetime, timedelta
+
+from memoryd.shared.contracts.events import Category
+from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.domain.text import terms
+
+MEMORY_NAMESPACE = uuid.UUID("0b6f2f7e-3c1a-4a53-8a8c-5a3f3f1d2e90")
+
+
+def memory_id_for_key(scope: Scope, key: str) -> uuid.UUID:
+    """Return the id of the memory stored under ``key``: remembering a key again replaces it."""
+    return uuid.uuid5(
+        MEMORY_NAMESPACE,
+        "/".join((scope.tenant, scope.user_id, scope.agent_id, scope.namespace, key)),
+    )
+
+
+def expires_at(category: Category, created_at: datetime, daily_ttl_days: int) -> datetime | None:
+    """Return when a memory of ``category`` expires (None: it does not expire by age)."""
+    if category is Category.DAILY:
+        return created_at + timedelta(days=daily_ttl_days)
+    return None
+
+
+def keyword_score(query: str, content: str, importance: float) -> float:
+    """Score how well ``content`` matches ``query``: share of query terms found, plus importance.
+
+    An empty query matches everything by importance alone; no shared term scores 0.
+    """
+    query_terms = set(terms(query))
+    if not query_terms:
+        return importance
+    content_terms = set(terms(content))
+    overlap = len(query_terms & content_terms)
+    if overlap == 0:
+        return 0.0
+    return overlap / math.sqrt(len(query_terms) * max(1, len(content_terms))) + 0.1 * importance

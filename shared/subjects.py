@@ -1,0 +1,61 @@
+"""The one place that owns subject names, stream definitions and consumer names.
+
+Subjects put tenant and user in the hierarchy so NATS permissions can be granted per tenant
+(``memoryd.ev.<tenant>.>``) and ordering holds per user:
+
+    memoryd.ev.<tenant>.<user>.<event type>     every event (the log, stream MEMORYD)
+    memoryd.dlq.<consumer>                      dead letters (stream MEMORYD_DLQ)
+    memoryd.notify.<tenant>.<user>.<kind>       memory-updated notifications (core NATS)
+    memoryd.rpc.recall                          recall request-reply (queue group)
+"""
+
+from __future__ import annotations
+
+from memoryd.shared.contracts.scope import Scope
+
+EVENTS_PREFIX = "memoryd.ev"
+ALL_EVENTS = f"{EVENTS_PREFIX}.>"
+DLQ_PREFIX = "memoryd.dlq"
+ALL_DEAD_LETTERS = f"{DLQ_PREFIX}.>"
+NOTIFY_PREFIX = "memoryd.notify"
+RECALL_SUBJECT = "memoryd.rpc.recall"
+RECALL_QUEUE = "memoryd-recall"
+
+# Durable consumer names, one per projection; each is also its tracking key in SQL.
+STM_CONSUMER = "memoryd-stm"
+MEMORIES_CONSUMER = "memoryd-memories"
+PROJECTION_CONSUMERS = (STM_CONSUMER, MEMORIES_CONSUMER)
+
+# Headers on dead letters.
+DLQ_REASON = "Memoryd-Dlq-Reason"
+DLQ_CONSUMER = "Memoryd-Dlq-Consumer"
+DLQ_ORIGINAL_SUBJECT = "Memoryd-Original-Subject"
+DLQ_ORIGINAL_SEQUENCE = "Memoryd-Original-Sequence"
+
+
+def event_subject(scope: Scope, event_type: str) -> str:
+    """Return the subject an event of ``event_type`` in ``scope`` is published on."""
+    return f"{EVENTS_PREFIX}.{scope.tenant}.{scope.user_id}.{event_type.replace('.', '_')}"
+
+
+def subject_scope(subject: str) -> tuple[str, str] | None:
+    """Return (tenant, user_id) named by an event subject, or None if it is not one."""
+    parts = subject.split(".")
+    if len(parts) != 5 or ".".join(parts[:2]) != EVENTS_PREFIX:
+        return None
+    return parts[2], parts[3]
+
+
+def dead_letter_subject(consumer: str) -> str:
+    """Return the subject a consumer parks its dead letters on."""
+    return f"{DLQ_PREFIX}.{consumer}"
+
+
+def notify_subject(tenant: str, user_id: str, kind: str) -> str:
+    """Return the subject of a memory-updated notification."""
+    return f"{NOTIFY_PREFIX}.{tenant}.{user_id}.{kind.replace('.', '_')}"
+
+
+def notify_filter(tenant: str, user_id: str | None = None) -> str:
+    """Return the subscription filter for a tenant's (or one user's) notifications."""
+    return f"{NOTIFY_PREFIX}.{tenant}.{user_id or '*'}.>"
