@@ -1,0 +1,176 @@
+"""The ``memoryd`` command: up, demo, replay, bench, schemas, dead-letters."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from memoryd.shared.adapters.embedded_nats import _port_open
+from memoryd.shared.adapters.nats_log import connect
+from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts.schema_export import write_schemas
+from memoryd.shared.logging import configure_logging
+from memoryd.shared.settings import Settings
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+
+log = structlog.get_logger("memoryd")
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
+    """Run the stack until Ctrl-C or SIGTERM, then shut everything down."""
+    stack = await start_stack(settings, components)  # type: ignore[arg-type]
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    (settings.data_dir / "nats.url").write_text(stack.nats_url + "\n")
+    print(f"memoryd is up: NATS at {stack.nats_url}; Ctrl-C to stop", flush=True)
+    try:
+        await _wait_for_signal()
+    finally:
+        await stack.stop()
+        print("memoryd stopped", flush=True)
+
+
+async def _running_url(settings: Settings) -> str | None:
+    if settings.nats_url:
+        return settings.nats_url
+    if _port_open(settings.embedded_nats_host, settings.embedded_nats_port):
+        return settings.embedded_nats_url()
+    return None
+
+
+async def cmd_demo(settings: Settings) -> None:
+    """Play the demo against a running memoryd, or bring up the embedded stack for it."""
+    from memoryd.services.demo import run_demo
+
+    url = await _running_url(settings)
+    stack: Stack | None = None
+    if url is None:
+        stack = await start_stack(settings)
+        url = stack.nats_url
+    try:
+        client = await MemoryClient.connect(url, settings.stream_name)
+        async with client:
+            for line in await run_demo(client):
+                print(line, flush=True)
+    finally:
+        if stack is not None:
+            await stack.stop()
+
+
+async def cmd_replay(settings: Settings) -> None:
+    """Drop and rebuild the SQL read models from the log."""
+    from memoryd.services.runtime.replay import replay
+
+    url = await _running_url(settings)
+    stack: Stack | None = None
+    if url is None:  # the embedded default: start only the server, no workers
+        stack = await start_stack(settings, components=())
+        url = stack.nats_url
+    nc = await connect(url, name="memoryd-replay")
+    engine = create_engine(settings.resolved_database_url())
+    try:
+        report = await replay(
+            nc.jetstream(),
+            settings.stream_name,
+            engine,
+            session_factory(engine),
+            build_projections(settings, ALL_COMPONENTS),
+        )
+    finally:
+        await engine.dispose()
+        await nc.drain()
+        if stack is not None:
+            await stack.stop()
+    print(f"replayed {report.events} events in {report.seconds:.2f}s "
+          f"({report.events_per_second:,.0f} events/s)")
+    for table, checksum in report.checksums.items():
+        print(f"  {table}: {checksum}")
+
+
+async def cmd_dead_letters(settings: Settings, limit: int) -> None:
+    """Print the newest dead letters with their reasons."""
+    from memoryd.shared.adapters.dead_letters import read_dead_letters
+
+    url = await _running_url(settings)
+    if url is None:
+        sys.exit("memoryd is not running (start it with `memoryd up`)")
+    nc = await connect(url, name="memoryd-cli")
+    try:
+        for letter in await read_dead_letters(nc.jetstream(), settings.dead_letter_stream, limit):
+            print(f"#{letter.sequence} {letter.consumer} {letter.original_subject}: "
+                  f"{letter.reason}\n    {letter.data[:200]!r}")
+    finally:
+        await nc.drain()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memoryd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="run memoryd (embedded NATS unless MEMORYD_NATS_URL is set)")
+    up.add_argument(
+        "--components",
+        default=",".join(ALL_COMPONENTS),
+        help="comma-separated subset of: " + ", ".join(ALL_COMPONENTS),
+    )
+    sub.add_parser("demo", help="play a short conversation and print what recall returns")
+    sub.add_parser("replay", help="drop the read models and rebuild them from the log")
+    schemas = sub.add_parser("schemas", help="export the event contracts as JSON Schema")
+    schemas.add_argument("--out", type=Path, default=Path("schemas"))
+    dead = sub.add_parser("dead-letters", help="print the newest dead letters")
+    dead.add_argument("--limit", type=int, default=20)
+    bench = sub.add_parser("bench", help="run a benchmark and write its figures to a file")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    pipeline = bench_sub.add_parser("pipeline", help="log append, STM apply, recall latency")
+    pipeline.add_argument("--events", type=int, default=20_000)
+    pipeline.add_argument("--recalls", type=int, default=2_000)
+    pipeline.add_argument("--concurrency", type=int, default=8)
+    pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``memoryd`` console command."""
+    args = _parser().parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    if args.command == "up":
+        components = [c.strip() for c in args.components.split(",") if c.strip()]
+        unknown = set(components) - set(ALL_COMPONENTS)
+        if unknown:
+            sys.exit(f"unknown components: {sorted(unknown)}")
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(cmd_up(settings, components))
+    elif args.command == "demo":
+        asyncio.run(cmd_demo(settings))
+    elif args.command == "replay":
+        asyncio.run(cmd_replay(settings))
+    elif args.command == "schemas":
+        for path in write_schemas(args.out):
+            print(path)
+    elif args.command == "dead-letters":
+        asyncio.run(cmd_dead_letters(settings, args.limit))
+    elif args.command == "bench" and args.bench == "pipeline":
+        from memoryd.services.bench.pipeline import run_pipeline_bench
+
+        asyncio.run(
+            run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out)
+        )
+
+
+if __name__ == "__main__":
+    main()

