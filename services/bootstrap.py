@@ -6,28 +6,32 @@ and ``Stack.stop`` tears it down in reverse order.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
-from faststream import Context
-from faststream.middlewares import AckPolicy
-from faststream.nats import ConsumerConfig, JStream, NatsBroker, PullSub
 from faststream.message import StreamMessage
+from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
-from memoryd.shared.adapters.nats_log import EventPublisher, connect, ensure_streams
+from memoryd.shared.adapters.nats_log import (
+    EventPublisher,
+    connect,
+    ensure_streams,
+    server_list,
+)
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.settings import Settings
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.recall.service import handle_recall
+from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
 from memoryd.services.stm.projection import StmProjection
 
@@ -68,35 +72,9 @@ def build_projections(settings: Settings, components: Sequence[Component]) -> li
 
 
 async def _raw_bodies(message: StreamMessage[Any]) -> Any:
-    # Workers validate bytes themselves, so a malformed payload reaches the handler and is
-    # dead-lettered with its reason instead of failing inside FastStream's JSON decoding.
+    # The recall handler validates the bytes itself, so a malformed request gets a clear
+    # error reply instead of failing inside FastStream's JSON decoding.
     return message.body
-
-
-def _batch_handler(runner: ProjectionRunner) -> Callable[..., Awaitable[None]]:
-    async def handle(body: Any, message: Any = Context("message")) -> None:
-        await runner.handle(message.raw_message)
-
-    return handle
-
-
-def subscribe_projection(broker: NatsBroker, runner: ProjectionRunner, settings: Settings) -> None:
-    """Attach a durable pull consumer (batched, manual ack) for one projection."""
-    broker.subscriber(
-        subjects.ALL_EVENTS,
-        stream=JStream(settings.stream_name, declare=False),
-        durable=runner.projection.consumer,
-        pull_sub=PullSub(
-            batch_size=settings.batch_size, timeout=settings.batch_timeout_seconds, batch=True
-        ),
-        config=ConsumerConfig(
-            ack_wait=settings.ack_wait_seconds,
-            max_deliver=-1,  # delivery is bounded by the runner, which parks poison messages
-            max_ack_pending=max(1_000, settings.batch_size * 4),
-        ),
-        ack_policy=AckPolicy.MANUAL,
-        decoder=_raw_bodies,
-    )(_batch_handler(runner))
 
 
 def subscribe_recall(broker: NatsBroker, sessions: async_sessionmaker[AsyncSession]) -> None:
@@ -127,7 +105,7 @@ async def start_stack(
             exit_stack.push_async_callback(server.astop)
             nats_url = server.url
         nc = await connect(nats_url, name="memoryd-workers")
-        exit_stack.push_async_callback(nc.drain)
+        exit_stack.push_async_callback(nc.close)  # workers ack synchronously: nothing to drain
         js = nc.jetstream()
         await ensure_streams(js, settings)
         engine = create_engine(settings.resolved_database_url())
@@ -135,14 +113,22 @@ async def start_stack(
         await create_schema(engine)
         sessions = session_factory(engine)
         publisher = EventPublisher(js, settings.stream_name)
-        broker = NatsBroker(nats_url, logger=None)
         runners = {}
         for projection in build_projections(settings, components):
             runner = ProjectionRunner(
-                projection, sessions, nc, js, publisher, max_attempts=settings.max_attempts
+                projection,
+                sessions,
+                nc,
+                js,
+                publisher,
+                settings.stream_name,
+                max_attempts=settings.max_attempts,
             )
-            subscribe_projection(broker, runner, settings)
+            worker = PullWorker(js, runner, settings)
+            await worker.start()
+            exit_stack.push_async_callback(worker.stop)
             runners[projection.consumer] = runner
+        broker = NatsBroker(server_list(nats_url), logger=None)
         if "recall" in components:
             subscribe_recall(broker, sessions)
         await broker.start()

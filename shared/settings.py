@@ -30,7 +30,8 @@ class Settings(BaseSettings):
 
     stm_capacity: int = Field(default=7, ge=1, le=1000)
     batch_size: int = Field(default=256, ge=1, le=10_000)
-    batch_timeout_seconds: float = Field(default=0.05, gt=0)
+    # How long an idle worker's fetch waits before asking again (it returns at once on a message).
+    idle_poll_seconds: float = Field(default=5.0, gt=0)
     # A message whose processing fails this many times is parked in the dead-letter stream.
     max_attempts: int = Field(default=5, ge=1, le=100)
     ack_wait_seconds: float = Field(default=30.0, gt=0)

@@ -38,14 +38,6 @@ def event_subject(scope: Scope, event_type: str) -> str:
     return f"{EVENTS_PREFIX}.{scope.tenant}.{scope.user_id}.{event_type.replace('.', '_')}"
 
 
-def subject_scope(subject: str) -> tuple[str, str] | None:
-    """Return (tenant, user_id) named by an event subject, or None if it is not one."""
-    parts = subject.split(".")
-    if len(parts) != 5 or ".".join(parts[:2]) != EVENTS_PREFIX:
-        return None
-    return parts[2], parts[3]
-
-
 def dead_letter_subject(consumer: str) -> str:
     """Return the subject a consumer parks its dead letters on."""
     return f"{DLQ_PREFIX}.{consumer}"

@@ -93,7 +93,6 @@ def settings(nats_url: str, database_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path,
         nats_url=nats_url,
         database_url=database_url,
-        batch_timeout_seconds=0.02,
         log_format="console",
     )
 

@@ -17,6 +17,7 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -81,22 +82,51 @@ async def apply_once(
     projection: Projection,
     batch: Sequence[Positioned],
     publisher: EventPublisher | None,
+    through: int | None = None,
 ) -> Effects:
-    """Apply the not-yet-applied part of ``batch`` and advance tracking in one transaction."""
+    """Apply the not-yet-applied part of ``batch`` and advance tracking in one transaction.
+
+    ``through`` is the last sequence handled (it may be past the last event when trailing
+    messages were dead-lettered); it defaults to the last event's sequence.
+    """
+    last = through if through is not None else (batch[-1].sequence if batch else 0)
     async with sessions() as session, session.begin():
         applied = await tracking.position(session, projection.consumer)
-        fresh = [item for item in batch if item.sequence > applied]
-        if not fresh:
+        if last <= applied:
             return Effects()
-        effects = await projection.apply(session, fresh)
+        fresh = [item for item in batch if item.sequence > applied]
+        effects = await projection.apply(session, fresh) if fresh else Effects()
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
-        await tracking.advance(session, projection.consumer, fresh[-1].sequence)
+        await tracking.advance(session, projection.consumer, last)
     return effects
 
 
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One message of the log as a worker sees it, delivered or read directly."""
+
+    sequence: int
+    subject: str
+    data: bytes
+    deliveries: int
+    msg: Msg | None = None  # None when read directly to fill a gap (nothing to ack)
+
+
+def entry_of(msg: Msg) -> LogEntry:
+    """Wrap a delivered JetStream message."""
+    meta = msg.metadata
+    return LogEntry(meta.sequence.stream, msg.subject, msg.data, meta.num_delivered or 1, msg)
+
+
 class ProjectionRunner:
-    """Consume log messages for one projection (the thin handler around ``apply_once``)."""
+    """Consume log messages for one projection (the thin handler around ``apply_once``).
+
+    The tracking row is the projection's position. Messages at or below it are duplicates
+    (acked, ignored). A sequence missing between the position and the newest delivered message
+    (a message the client lost, or one still waiting for redelivery) is read from the stream
+    directly, so events are always applied in log order and never skipped.
+    """
 
     def __init__(
         self,
@@ -105,6 +135,7 @@ class ProjectionRunner:
         nc: NatsClient,
         js: JetStreamContext,
         publisher: EventPublisher,
+        stream: str,
         max_attempts: int = 5,
         retry_delay: float = 0.2,
     ) -> None:
@@ -113,40 +144,70 @@ class ProjectionRunner:
         self._nc = nc
         self._js = js
         self._publisher = publisher
+        self._stream = stream
         self._max_attempts = max_attempts
         self._retry_delay = retry_delay
         self._log = log.bind(consumer=projection.consumer)
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
-        """Process a batch of messages in order; ack each only once its effect is durable."""
-        good: list[tuple[Msg, Positioned]] = []
-        for msg in msgs:
-            sequence = msg.metadata.sequence.stream
+        """Process delivered messages in log order; ack them once their effect is durable."""
+        async with self._sessions() as session:
+            position = await tracking.position(session, self.projection.consumer)
+        entries = await self._ordered_entries(position, [entry_of(m) for m in msgs])
+        items: list[tuple[LogEntry, Positioned]] = []
+        for entry in entries:
             try:
-                good.append((msg, Positioned(decode_message(msg.data, msg.subject), sequence)))
+                event = decode_message(entry.data, entry.subject)
             except DeadLetter as reason:
-                await self._park(msg, str(reason))
-        if good:
-            await self._apply(good)
+                await self._park(entry, str(reason))
+            else:
+                items.append((entry, Positioned(event, entry.sequence)))
+        if entries:
+            await self._apply(items, entries[-1].sequence)
+            self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
         for msg in msgs:
             await msg.ack()
 
-    async def _apply(self, good: list[tuple[Msg, Positioned]]) -> None:
+    async def _ordered_entries(self, position: int, delivered: list[LogEntry]) -> list[LogEntry]:
+        by_sequence = {e.sequence: e for e in delivered if e.sequence > position}
+        if not by_sequence:
+            return []
+        start = position + 1 if position > 0 else min(by_sequence)
+        missing = [s for s in range(start, max(by_sequence)) if s not in by_sequence]
+        for sequence in missing:
+            filled = await self._read(sequence)
+            if filled is not None:
+                by_sequence[sequence] = filled
+        if missing:
+            self._log.info(
+                "gap_filled", first_seq=missing[0], last_seq=missing[-1], count=len(missing)
+            )
+        return [by_sequence[s] for s in sorted(by_sequence)]
+
+    async def _read(self, sequence: int) -> LogEntry | None:
+        try:
+            raw = await self._js.get_msg(self._stream, sequence)
+        except NotFoundError:
+            return None  # deleted from the stream: nothing to apply
+        return LogEntry(sequence, raw.subject or "", raw.data or b"", 1)
+
+    async def _apply(self, items: list[tuple[LogEntry, Positioned]], through: int) -> None:
         try:
             effects = await apply_once(
-                self._sessions, self.projection, [p for _, p in good], self._publisher
+                self._sessions, self.projection, [p for _, p in items], self._publisher, through
             )
         except Exception:
-            self._log.warning("batch_failed_retrying_one_by_one", size=len(good), exc_info=True)
+            self._log.warning("batch_failed_retrying_one_by_one", size=len(items), exc_info=True)
             effects = Effects()
-            for item in good:
-                effects.extend(await self._apply_single(*item))
+            for entry, item in items:
+                effects.extend(await self._apply_single(entry, item))
+            await apply_once(self._sessions, self.projection, [], None, through)
         await self._notify(effects.notifications)
 
-    async def _apply_single(self, msg: Msg, item: Positioned) -> Effects:
-        # Retry in place: nothing later in this user's log is applied before this one, so
-        # order holds; a message that keeps failing is parked with the error as its reason.
-        attempts = max(1, msg.metadata.num_delivered or 1)
+    async def _apply_single(self, entry: LogEntry, item: Positioned) -> Effects:
+        # Retry in place: nothing later in the log is applied before this one, so order
+        # holds; a message that keeps failing is parked with the error as its reason.
+        attempts = entry.deliveries
         while True:
             try:
                 return await apply_once(self._sessions, self.projection, [item], self._publisher)
@@ -154,26 +215,27 @@ class ProjectionRunner:
                 self._log.warning(
                     "apply_failed",
                     event_id=str(item.event.event_id),
-                    subject=msg.subject,
-                    stream_seq=item.sequence,
+                    subject=entry.subject,
+                    stream_seq=entry.sequence,
                     attempt=attempts,
                     exc_info=True,
                 )
                 if attempts >= self._max_attempts:
-                    await self._park(msg, f"apply failed after {attempts} attempts: {error!r}")
+                    await self._park(entry, f"apply failed after {attempts} attempts: {error!r}")
+                    await apply_once(self._sessions, self.projection, [], None, entry.sequence)
                     return Effects()
                 attempts += 1
-                await msg.in_progress()
+                if entry.msg is not None:
+                    await entry.msg.in_progress()
                 await asyncio.sleep(self._retry_delay * 2 ** (attempts - 2))
 
-    async def _park(self, msg: Msg, reason: str) -> None:
+    async def _park(self, entry: LogEntry, reason: str) -> None:
         self._log.warning(
-            "dead_lettered",
-            subject=msg.subject,
-            stream_seq=msg.metadata.sequence.stream,
-            reason=reason[:300],
+            "dead_lettered", subject=entry.subject, stream_seq=entry.sequence, reason=reason[:300]
         )
-        await publish_dead_letter(self._js, self.projection.consumer, msg, reason)
+        await publish_dead_letter(
+            self._js, self.projection.consumer, entry.subject, entry.sequence, entry.data, reason
+        )
 
     async def _notify(self, notifications: Sequence[MemoryUpdated]) -> None:
         for note in notifications:

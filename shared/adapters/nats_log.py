@@ -8,7 +8,6 @@ from collections.abc import Iterable, Sequence
 
 import nats
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
@@ -19,10 +18,15 @@ from memoryd.shared.settings import Settings
 MSG_ID = "Nats-Msg-Id"
 
 
+def server_list(url: str) -> list[str]:
+    """Split a comma-separated NATS URL list (a cluster's seed servers)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 async def connect(url: str, name: str = "memoryd") -> NatsClient:
     """Connect to NATS, retrying while a just-started server comes up."""
     return await nats.connect(
-        url, name=name, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+        server_list(url), name=name, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.5
     )
 
 
@@ -93,18 +97,17 @@ class EventPublisher:
 
 
 async def publish_dead_letter(
-    js: JetStreamContext, consumer: str, msg: Msg, reason: str
+    js: JetStreamContext, consumer: str, subject: str, sequence: int, data: bytes, reason: str
 ) -> None:
-    """Park the original bytes of ``msg`` in the dead-letter stream with the reason."""
-    sequence = msg.metadata.sequence.stream
+    """Park the original bytes of a log message in the dead-letter stream with the reason."""
     await js.publish(
         subjects.dead_letter_subject(consumer),
-        msg.data,
+        data,
         headers={
             MSG_ID: f"{consumer}:{sequence}",
             subjects.DLQ_REASON: reason[:2_000],
             subjects.DLQ_CONSUMER: consumer,
-            subjects.DLQ_ORIGINAL_SUBJECT: msg.subject,
+            subjects.DLQ_ORIGINAL_SUBJECT: subject,
             subjects.DLQ_ORIGINAL_SEQUENCE: str(sequence),
         },
     )

@@ -1,0 +1,177 @@
+"""``memoryd bench pipeline``: log append, STM apply, replay and recall latency, measured.
+
+Everything runs on the embedded default (the wheel's nats-server, SQLite) in a fresh
+temporary folder, so figures are comparable between runs on the same machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import random
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memoryd.shared import subjects
+from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts import Category, MemoryRemembered, Scope, TurnRecorded
+from memoryd.shared.settings import Settings
+from memoryd.services.bootstrap import build_projections, start_stack
+from memoryd.services.runtime.replay import replay
+
+WORDS = (
+    "trip budget hotel train coffee tea hiking jazz guitar python garden sister birthday "
+    "dentist lisbon kyoto recipe marathon novel museum cat dog piano chess salary project"
+).split()
+
+
+def _sentence(rng: random.Random, n: int = 10) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def make_turns(users: list[Scope], count: int, rng: random.Random) -> list[TurnRecorded]:
+    """Return ``count`` turns spread round-robin over ``users``."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        TurnRecorded(
+            occurred_at=start + timedelta(seconds=i),
+            scope=users[i % len(users)],
+            query=_sentence(rng),
+            response=_sentence(rng, 20),
+        )
+        for i in range(count)
+    ]
+
+
+def make_memories(users: list[Scope], count: int, rng: random.Random) -> list[MemoryRemembered]:
+    """Return ``count`` explicit memories spread over ``users``."""
+    import uuid
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        MemoryRemembered(
+            occurred_at=start + timedelta(seconds=i),
+            scope=users[i % len(users)],
+            memory_id=uuid.uuid4(),
+            content=_sentence(rng, 12),
+            category=Category.CORE,
+            importance=rng.random(),
+        )
+        for i in range(count)
+    ]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Return the q-th percentile (0..100) of ``values``."""
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+async def _append(client: MemoryClient, events: list[Any], chunk: int = 2_000) -> float:
+    started = time.perf_counter()
+    for i in range(0, len(events), chunk):
+        await client.publish_many(events[i : i + chunk])
+    return time.perf_counter() - started
+
+
+async def _recall_latencies(
+    client: MemoryClient, users: list[Scope], total: int, concurrency: int, rng: random.Random
+) -> list[float]:
+    latencies: list[float] = []
+    per_caller = total // concurrency
+
+    async def caller(seed: int) -> None:
+        local = random.Random(seed)
+        for _ in range(per_caller):
+            scope = local.choice(users)
+            started = time.perf_counter()
+            await client.recall(scope, _sentence(local, 4))
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    await asyncio.gather(*(caller(rng.randrange(1 << 30)) for _ in range(concurrency)))
+    return latencies
+
+
+async def run_pipeline_bench(
+    base: Settings, events: int, recalls: int, concurrency: int, out: Path
+) -> dict[str, Any]:
+    """Run the benchmark, print the figures, and write them to ``out``/pipeline.{json,md}."""
+    rng = random.Random(7)
+    with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as folder:
+        data_dir = Path(folder)
+        server = EmbeddedNats(data_dir / "nats")
+        await server.astart()
+        settings = base.model_copy(
+            update={"data_dir": data_dir, "nats_url": server.url, "database_url": None}
+        )
+        try:
+            results = await _measure(settings, events, recalls, concurrency, rng)
+        finally:
+            await server.astop()
+    _write(results, out)
+    return results
+
+
+async def _measure(
+    settings: Settings, events: int, recalls: int, concurrency: int, rng: random.Random
+) -> dict[str, Any]:
+    users = [Scope(tenant="bench", user_id=f"user-{i}") for i in range(100)]
+    turns = make_turns(users, events, rng)
+    memories = make_memories(users, max(1, events // 10), rng)
+    admin = await start_stack(settings, components=())
+    client = await MemoryClient.connect(admin.nats_url, settings.stream_name)
+    append_s = await _append(client, turns)
+    await _append(client, memories)
+
+    stm = await start_stack(settings, components=["stm"])
+    started = time.perf_counter()
+    await client.wait_until_applied(timeout=600, consumers=[subjects.STM_CONSUMER])
+    stm_s = time.perf_counter() - started
+    rest = await start_stack(settings, components=["memories", "recall"])
+    await client.wait_until_applied(timeout=600)
+    latencies = await _recall_latencies(client, users, recalls, concurrency, rng)
+    await stm.stop()
+    await rest.stop()
+
+    report = await replay(
+        admin.js,
+        settings.stream_name,
+        admin.engine,
+        admin.sessions,
+        build_projections(settings, ("stm", "memories")),
+    )
+    await client.close()
+    await admin.stop()
+    return {
+        "benchmark": "pipeline",
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.python_version()}",
+        "events": events,
+        "memories": len(memories),
+        "users": len(users),
+        "log_append_events_per_s": round(events / append_s),
+        "stm_apply_events_per_s": round(events / stm_s),
+        "replay_events": report.events,
+        "replay_events_per_s": round(report.events_per_second),
+        "recall_requests": len(latencies),
+        "recall_concurrency": concurrency,
+        "recall_p50_ms": round(percentile(latencies, 50), 2),
+        "recall_p99_ms": round(percentile(latencies, 99), 2),
+    }
+
+
+def _write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pipeline.json").write_text(json.dumps(results, indent=2) + "\n")
+    rows = "\n".join(f"| {key} | {value} |" for key, value in results.items())
+    (out / "pipeline.md").write_text(
+        "# memoryd bench pipeline\n\nCommand: `memoryd bench pipeline`\n\n"
+        f"| figure | value |\n|---|---|\n{rows}\n"
+    )
+    for key, value in results.items():
+        print(f"{key:>28}: {value}")

@@ -1,0 +1,44 @@
+"""Text embeddings: the `Embedder` port, a local MiniLM, an OpenAI-compatible client, a cache."""
+
+from .cache import (
+    CachedEmbedder,
+    CacheStats,
+    EmbeddingStore,
+    MemoryEmbeddingStore,
+    SqlEmbeddingStore,
+    content_hash,
+)
+from .factory import EmbedderKind, build_embedder
+from .local import (
+    MINILM_DIMENSION,
+    MINILM_NAME,
+    SentenceTransformerEmbedder,
+    bundled_minilm_path,
+)
+from .openai_compat import OpenAIEmbedder
+from .port import (
+    Embedder,
+    EmbeddingDimensionError,
+    EmbeddingError,
+    Vectors,
+)
+
+__all__ = [
+    "MINILM_DIMENSION",
+    "MINILM_NAME",
+    "CacheStats",
+    "CachedEmbedder",
+    "Embedder",
+    "EmbedderKind",
+    "EmbeddingDimensionError",
+    "EmbeddingError",
+    "EmbeddingStore",
+    "MemoryEmbeddingStore",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "SqlEmbeddingStore",
+    "Vectors",
+    "build_embedder",
+    "bundled_minilm_path",
+    "content_hash",
+]

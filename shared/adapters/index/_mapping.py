@@ -1,0 +1,99 @@
+"""Map the port's models to and from the shape both Qdrant adapters store and query."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+from memoryd.shared.adapters.index.port import (
+    DenseVector,
+    Hit,
+    IndexPayload,
+    IndexPoint,
+    ScopeFilter,
+)
+
+DENSE_VECTOR = "dense"
+SPARSE_VECTOR = "bm25"
+TEXT_KEY = "text"
+TENANT_FIELD = "tenant"
+TIME_FIELD = "occurred_at"
+KEYWORD_FIELDS = (
+    TENANT_FIELD,
+    "user_id",
+    "agent_id",
+    "session_id",
+    "namespace",
+    "kind",
+    "category",
+    "memory_type",
+)
+_EXACT_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAny:
+    """The payload field must equal one of the values."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InRange:
+    """The payload number must lie in ``[gte, lt)``; a None bound is open."""
+
+    key: str
+    gte: float | None
+    lt: float | None
+
+
+Condition = MatchAny | InRange
+
+
+def scope_conditions(scope: ScopeFilter) -> tuple[Condition, ...]:
+    """Return the conditions a point must all meet to be in scope, the tenant's first."""
+    conditions: list[Condition] = [MatchAny(TENANT_FIELD, (scope.tenant,))]
+    for key in _EXACT_FIELDS:
+        value: str | None = getattr(scope, key)
+        if value is not None:
+            conditions.append(MatchAny(key, (value,)))
+    for key, values in (
+        ("kind", scope.kinds),
+        ("category", scope.categories),
+        ("memory_type", scope.memory_types),
+    ):
+        if values is not None:
+            conditions.append(MatchAny(key, tuple(values)))
+    if scope.occurred_after is not None or scope.occurred_before is not None:
+        conditions.append(InRange(TIME_FIELD, scope.occurred_after, scope.occurred_before))
+    return tuple(conditions)
+
+
+def stored_payload(point: IndexPoint) -> dict[str, Any]:
+    """Return the JSON payload stored with a point: its scope fields plus its text."""
+    return {**point.payload.model_dump(mode="json"), TEXT_KEY: point.text}
+
+
+def hit_from_stored(point_id: UUID | str | int, score: float, payload: Mapping[str, Any]) -> Hit:
+    """Rebuild a search hit from what the engine returned."""
+    fields = dict(payload)
+    text = fields.pop(TEXT_KEY)
+    return Hit(
+        id=UUID(str(point_id)),
+        score=score,
+        payload=IndexPayload.model_validate(fields),
+        text=text,
+    )
+
+
+def dense_values(vector: DenseVector, dimension: int) -> list[float]:
+    """Return the vector as a list of floats, refusing a wrong dimension or a non-finite value."""
+    array = np.asarray(vector, dtype=np.float32)
+    if array.shape != (dimension,):
+        raise ValueError(f"dense vector must have shape ({dimension},), got {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError("dense vector holds a NaN or an infinity")
+    values: list[float] = array.tolist()
+    return values

@@ -1,0 +1,307 @@
+"""Mid-term memory: topic segments of pages, their heat, promotion and eviction (pure).
+
+A page joins the segment with the best ``Fscore = cos + Jaccard`` when that reaches theta,
+else it opens a segment. ``Heat = alpha*N_visit + beta*L_interaction + gamma*exp(-dt/mu)``
+orders segments for eviction; promotion to LPM uses the heat earned since the segment's last
+promotion, so a segment is promoted once per burst of new activity (see ``promotion_heat``).
+All times are aware datetimes passed in by the caller: nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+import numpy as np
+from memoryd.shared.domain.memoryos import (
+    DEFAULT_PARAMS,
+    DomainModel,
+    Embedded,
+    MemoryOsParams,
+    Ranked,
+    UtcDatetime,
+    Vector,
+    VectorField,
+    as_utc,
+    rank_by_similarity,
+    unit_vector,
+)
+from pydantic import Field
+
+__all__ = [
+    "PageRef",
+    "Segment",
+    "SegmentChoice",
+    "after_promotion",
+    "choose_segment",
+    "coldest",
+    "file_page",
+    "fscore",
+    "heat",
+    "jaccard",
+    "open_segment",
+    "promotion_heat",
+    "rank_pages",
+    "rank_segments",
+    "recency",
+    "rewrite_summary",
+    "segments_to_evict",
+    "should_promote",
+    "visit",
+]
+
+P = TypeVar("P", bound=Embedded)
+
+
+class Segment(DomainModel):
+    """A topic segment of MTM: the pages filed under one topic, and how hot it is."""
+
+    id: str
+    vector: VectorField = Field(description="unit direction of the mean of the page vectors")
+    mean_norm: float = Field(ge=0, description="length of that mean before renormalising")
+    summary: str = ""
+    keywords: tuple[str, ...] = Field(default=(), description="most recently seen first")
+    page_count: int = Field(default=0, ge=0)
+    n_visit: int = Field(default=0, ge=0, description="times retrieval used this segment")
+    l_interaction: int = Field(default=0, ge=0, description="pages filed since last promotion")
+    last_visit_at: UtcDatetime
+    created_at: UtcDatetime
+    promoted_count: int = Field(default=0, ge=0)
+    visits_at_promotion: int = Field(default=0, ge=0, description="n_visit when last promoted")
+
+    @property
+    def key(self) -> str:
+        """Return the id, the key ties are broken by."""
+        return self.id
+
+
+class PageRef(DomainModel):
+    """A page filed in MTM, as retrieval ranks it: its id, its segment and its unit vector."""
+
+    page_id: str
+    segment_id: str
+    vector: VectorField
+
+    @property
+    def key(self) -> str:
+        """Return the page id, the key ties are broken by."""
+        return self.page_id
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentChoice:
+    """Where a page goes: ``segment_id`` None means it opens a new segment.
+
+    ``score`` is the best Fscore found (None when there was no segment to compare with).
+    """
+
+    segment_id: str | None
+    score: float | None
+
+    @property
+    def is_new(self) -> bool:
+        """Return whether the page opens a new segment."""
+        return self.segment_id is None
+
+
+def jaccard(left: Collection[str], right: Collection[str]) -> float:
+    """Return |left & right| / |left | right|, 0 when both are empty."""
+    left_set, right_set = set(left), set(right)
+    union = len(left_set | right_set)
+    return len(left_set & right_set) / union if union else 0.0
+
+
+def fscore(
+    segment_vec: Vector,
+    segment_keywords: Collection[str],
+    page_vec: Vector,
+    page_keywords: Collection[str],
+) -> float:
+    """Return the cosine of the unit vectors plus the Jaccard of the keyword sets."""
+    return float(np.dot(segment_vec, page_vec)) + jaccard(segment_keywords, page_keywords)
+
+
+def choose_segment(
+    page_vec: Vector,
+    page_keywords: Collection[str],
+    segments: Iterable[Segment],
+    theta: float = DEFAULT_PARAMS.theta,
+) -> SegmentChoice:
+    """Pick the segment with the best Fscore (ties: smallest id) if it reaches ``theta``."""
+    scored = [
+        (fscore(segment.vector, segment.keywords, page_vec, page_keywords), segment.id)
+        for segment in segments
+    ]
+    if not scored:
+        return SegmentChoice(segment_id=None, score=None)
+    score, segment_id = min(scored, key=lambda pair: (-pair[0], pair[1]))
+    return SegmentChoice(segment_id=segment_id if score >= theta else None, score=score)
+
+
+def _merge_keywords(recent: Iterable[str], older: Sequence[str], capacity: int) -> tuple[str, ...]:
+    # Sorted so a set of keywords merges the same way whatever its iteration order (which
+    # varies between processes), keeping replay deterministic.
+    merged = dict.fromkeys([*sorted(set(recent)), *older])
+    return tuple(merged)[:capacity]
+
+
+def open_segment(
+    segment_id: str,
+    page_vec: Vector,
+    page_keywords: Iterable[str],
+    now: datetime,
+    params: MemoryOsParams = DEFAULT_PARAMS,
+) -> Segment:
+    """Start a segment holding one page."""
+    empty = Segment(
+        id=segment_id,
+        vector=np.zeros(len(page_vec), dtype=np.float32),
+        mean_norm=0.0,
+        last_visit_at=now,
+        created_at=now,
+    )
+    return file_page(empty, page_vec, page_keywords, now, params)
+
+
+def file_page(
+    segment: Segment,
+    page_vec: Vector,
+    page_keywords: Iterable[str],
+    now: datetime,
+    params: MemoryOsParams = DEFAULT_PARAMS,
+) -> Segment:
+    """Add a page: the vector becomes the running mean, the keywords merge, L_interaction + 1.
+
+    Filing counts as an access for recency (last_visit_at = now), as in MemoryOS: a segment
+    that is being written to is not stale.
+    """
+    if page_vec.shape != segment.vector.shape:
+        raise ValueError(
+            f"page vector has shape {page_vec.shape}, segment {segment.id} has "
+            f"{segment.vector.shape}"
+        )
+    count = segment.page_count
+    # The stored unit vector times its stored length is the exact mean of the page vectors.
+    mean = (segment.vector.astype(np.float64) * segment.mean_norm * count + page_vec) / (count + 1)
+    return segment.model_copy(
+        update={
+            "vector": unit_vector(mean),
+            "mean_norm": float(np.linalg.norm(mean)),
+            "keywords": _merge_keywords(
+                page_keywords, segment.keywords, params.segment_keyword_capacity
+            ),
+            "page_count": count + 1,
+            "l_interaction": segment.l_interaction + 1,
+            "last_visit_at": as_utc(now),
+        }
+    )
+
+
+def rewrite_summary(
+    segment: Segment,
+    summary: str,
+    keywords: Iterable[str],
+    params: MemoryOsParams = DEFAULT_PARAMS,
+) -> Segment:
+    """Replace the summary and keywords with a rewritten pair (the vector stays the mean)."""
+    ordered = tuple(dict.fromkeys(keywords))[: params.segment_keyword_capacity]
+    return segment.model_copy(update={"summary": summary, "keywords": ordered})
+
+
+def visit(segment: Segment, now: datetime) -> Segment:
+    """Record that retrieval used the segment: N_visit + 1, last visit now."""
+    return segment.model_copy(update={"n_visit": segment.n_visit + 1, "last_visit_at": as_utc(now)})
+
+
+def recency(segment: Segment, now: datetime, mu: float = DEFAULT_PARAMS.mu) -> float:
+    """Return exp(-dt/mu), dt the seconds since the last visit."""
+    # Clamped at 0: producers' clocks disagree a little, and a visit "in the future" must
+    # not make a segment hotter than a visit right now.
+    elapsed = max(0.0, (now - segment.last_visit_at).total_seconds())
+    return math.exp(-elapsed / mu)
+
+
+def heat(segment: Segment, now: datetime, params: MemoryOsParams = DEFAULT_PARAMS) -> float:
+    """Return alpha*N_visit + beta*L_interaction + gamma*recency."""
+    return (
+        params.alpha * segment.n_visit
+        + params.beta * segment.l_interaction
+        + params.gamma * recency(segment, now, params.mu)
+    )
+
+
+def promotion_heat(
+    segment: Segment, now: datetime, params: MemoryOsParams = DEFAULT_PARAMS
+) -> float:
+    """Return the heat earned since the last promotion (the heat itself before the first).
+
+    The paper resets only L_interaction on promotion; visits would then keep a much-visited
+    segment above tau and promote it again on every later page, so visits made before the
+    last promotion do not count towards the next one.
+    """
+    return heat(segment, now, params) - params.alpha * segment.visits_at_promotion
+
+
+def should_promote(
+    segment: Segment, now: datetime, params: MemoryOsParams = DEFAULT_PARAMS
+) -> bool:
+    """Return whether the segment is hot enough to be promoted to LPM."""
+    return promotion_heat(segment, now, params) > params.tau
+
+
+def after_promotion(segment: Segment) -> Segment:
+    """Mark the segment promoted: L_interaction back to 0 and its visits so far spent."""
+    return segment.model_copy(
+        update={
+            "l_interaction": 0,
+            "promoted_count": segment.promoted_count + 1,
+            "visits_at_promotion": segment.n_visit,
+        }
+    )
+
+
+def _coldness(segment: Segment, now: datetime, params: MemoryOsParams) -> tuple[float, float, str]:
+    return (heat(segment, now, params), segment.created_at.timestamp(), segment.id)
+
+
+def coldest(
+    segments: Iterable[Segment], now: datetime, params: MemoryOsParams = DEFAULT_PARAMS
+) -> Segment:
+    """Return the segment with the least heat (ties: the oldest, then the smallest id)."""
+    candidates = list(segments)
+    if not candidates:
+        raise ValueError("no segment to choose from")
+    return min(candidates, key=lambda segment: _coldness(segment, now, params))
+
+
+def segments_to_evict(
+    segments: Iterable[Segment], now: datetime, params: MemoryOsParams = DEFAULT_PARAMS
+) -> list[Segment]:
+    """Return the coldest segments beyond ``max_segments``, coldest first."""
+    ordered = sorted(segments, key=lambda segment: _coldness(segment, now, params))
+    return ordered[: max(0, len(ordered) - params.max_segments)]
+
+
+def rank_segments(
+    query_vec: Vector,
+    query_keywords: Collection[str],
+    segments: Iterable[Segment],
+    top_m: int = DEFAULT_PARAMS.top_m,
+) -> list[Ranked[Segment]]:
+    """Return the ``top_m`` segments by Fscore against the query, best first, ties by id."""
+    ranked = [
+        Ranked(segment, fscore(segment.vector, segment.keywords, query_vec, query_keywords))
+        for segment in segments
+    ]
+    ranked.sort(key=lambda entry: (-entry.score, entry.item.id))
+    return ranked[: max(0, top_m)]
+
+
+def rank_pages(
+    query_vec: Vector, pages: Sequence[P], top_k: int = DEFAULT_PARAMS.top_k
+) -> list[Ranked[P]]:
+    """Return the ``top_k`` pages most similar to the query, best first, ties by key."""
+    return rank_by_similarity(query_vec, pages, top_k)

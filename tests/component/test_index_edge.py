@@ -1,0 +1,116 @@
+"""Tests for the Qdrant Edge index beyond the shared contract: disk, reopening, optimising."""
+
+# ruff: noqa: SIM300 - expected value first, as STYLE.md asks (SIM300 calls it Yoda).
+
+import asyncio
+from pathlib import Path
+from uuid import uuid4
+
+import numpy as np
+import pytest
+from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPayload, IndexPoint, ScopeFilter
+from structlog.testing import capture_logs
+
+DIM = 8
+ACME = ScopeFilter(tenant="acme")
+
+
+def _points(count: int, seed: int = 0, text: str = "ferry to the island") -> list[IndexPoint]:
+    """Return points with random unit vectors, all in tenant acme."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((count, DIM))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    payload = IndexPayload(tenant="acme", user_id="ann", kind="turn", occurred_at=1.0)
+    return [IndexPoint(id=uuid4(), dense=v, text=text, payload=payload) for v in vectors]
+
+
+async def _opened(path: Path, auto_optimize_every: int | None = None) -> EdgeSearchIndex:
+    """Return an open Edge index at the path."""
+    index = EdgeSearchIndex(path, DIM, auto_optimize_every=auto_optimize_every)
+    await index.ensure_collection()
+    return index
+
+
+async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
+    """Points written before close are found by dense and BM25 search after reopening."""
+    points = _points(5)
+    first = await _opened(tmp_path)
+    await first.upsert(points)
+    await first.close()
+    reopened = await _opened(tmp_path)
+    dense = await reopened.search_dense(points[3].dense, ACME, limit=1)
+    sparse = await reopened.search_sparse("island", ACME)
+    count = await reopened.count(ScopeFilter(tenant="acme", user_id="ann"))
+    await reopened.close()
+    assert [points[3].id] == [hit.id for hit in dense]
+    assert {point.id for point in points} == {hit.id for hit in sparse}
+    assert 5 == count
+
+
+async def test_reopening_with_another_dimension_fails(tmp_path: Path) -> None:
+    """A folder built for 8-d vectors refuses to open as 16-d instead of corrupting searches."""
+    await (await _opened(tmp_path)).close()
+    with pytest.raises(Exception, match="vector size"):
+        await EdgeSearchIndex(tmp_path, 16).ensure_collection()
+
+
+async def test_use_before_opening_fails_with_a_hint(tmp_path: Path) -> None:
+    """Searching an index that was never opened says to call ensure_collection()."""
+    with pytest.raises(RuntimeError, match="ensure_collection"):
+        await EdgeSearchIndex(tmp_path, DIM).count(ACME)
+
+
+async def test_use_after_close_fails_with_a_hint(tmp_path: Path) -> None:
+    """A closed index refuses further work instead of touching a released shard."""
+    index = await _opened(tmp_path)
+    await index.close()
+    await index.close()
+    with pytest.raises(RuntimeError, match="ensure_collection"):
+        await index.search_sparse("island", ACME)
+
+
+async def test_auto_optimize_runs_after_the_configured_count(tmp_path: Path) -> None:
+    """With auto_optimize_every=10, optimisation runs once 10 points are upserted, not before."""
+    index = await _opened(tmp_path, auto_optimize_every=10)
+    with capture_logs() as logs:
+        await index.upsert(_points(6, seed=1))
+        before = [log for log in logs if log["event"] == "edge_index.optimized"]
+        await index.upsert(_points(6, seed=2))
+    after = [log for log in logs if log["event"] == "edge_index.optimized"]
+    await index.close()
+    assert [] == before
+    assert 1 == len(after)
+
+
+async def test_optimize_keeps_every_answer(tmp_path: Path) -> None:
+    """Searches and counts answer the same after optimising, deletions included."""
+    points = _points(300, seed=3)
+    index = await _opened(tmp_path)
+    await index.upsert(points)
+    await index.delete([point.id for point in points[:50]])
+    query = points[100].dense
+    before = await index.search_dense(query, ACME, limit=20)
+    await index.optimize()
+    after = await index.search_dense(query, ACME, limit=20)
+    count = await index.count(ACME)
+    await index.close()
+    assert [hit.id for hit in before] == [hit.id for hit in after]
+    assert 250 == count
+
+
+@pytest.mark.parametrize("search_in_thread", [False, True])
+async def test_concurrent_searches_writes_and_optimize(
+    tmp_path: Path, search_in_thread: bool
+) -> None:
+    """Eight concurrent searches alongside an upsert and an optimisation all succeed."""
+    index = EdgeSearchIndex(tmp_path, DIM, search_in_thread=search_in_thread)
+    await index.ensure_collection()
+    await index.upsert(_points(200, seed=4))
+    queries = _points(8, seed=5)
+    writes = asyncio.gather(index.upsert(_points(200, seed=6)), index.optimize())
+    searches = asyncio.gather(*(index.search_dense(q.dense, ACME, limit=5) for q in queries))
+    _, found = await asyncio.gather(writes, searches)
+    count = await index.count(ACME)
+    await index.close()
+    assert [5] * 8 == [len(hits) for hits in found]
+    assert 400 == count

@@ -1,0 +1,331 @@
+"""Unit tests for mid-term memory: segments, Fscore, heat, promotion, eviction and ranking."""
+
+# STYLE.md puts the expected value first in asserts, which SIM300 calls a Yoda condition.
+# ruff: noqa: SIM300
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams, unit_vector
+from memoryd.shared.domain.mtm import (
+    PageRef,
+    Segment,
+    after_promotion,
+    choose_segment,
+    coldest,
+    file_page,
+    fscore,
+    heat,
+    jaccard,
+    open_segment,
+    rank_pages,
+    rank_segments,
+    recency,
+    rewrite_summary,
+    segments_to_evict,
+    should_promote,
+    visit,
+)
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+X = unit_vector([1.0, 0.0, 0.0])
+Y = unit_vector([0.0, 1.0, 0.0])
+Z = unit_vector([0.0, 0.0, 1.0])
+
+
+def segment(
+    segment_id: str,
+    vector: object = X,
+    keywords: tuple[str, ...] = (),
+    *,
+    n_visit: int = 0,
+    l_interaction: int = 0,
+    last_visit_at: datetime = T0,
+    created_at: datetime = T0,
+) -> Segment:
+    """Build a segment in a given state, as if loaded from the read model."""
+    return Segment(
+        id=segment_id,
+        vector=vector,
+        mean_norm=1.0,
+        keywords=keywords,
+        page_count=max(1, l_interaction),
+        n_visit=n_visit,
+        l_interaction=l_interaction,
+        last_visit_at=last_visit_at,
+        created_at=created_at,
+    )
+
+
+def test_jaccard_of_overlapping_sets() -> None:
+    """Two shared keywords out of four distinct ones give 0.5."""
+    assert 0.5 == jaccard({"a", "b", "c"}, {"b", "c", "d"})
+
+
+def test_jaccard_of_empty_sets_is_zero() -> None:
+    """Two empty keyword sets have Jaccard 0, not a division error."""
+    assert 0.0 == jaccard(set(), [])
+
+
+def test_fscore_adds_cosine_and_jaccard() -> None:
+    """Cosine 0.6 plus Jaccard 0.5 is 1.1."""
+    page = unit_vector([0.6, 0.8, 0.0])
+    assert 1.1 == pytest.approx(fscore(X, ["a", "b", "c"], page, ["b", "c", "d"]), abs=1e-6)
+
+
+def test_fscore_without_keywords_is_the_cosine() -> None:
+    """With no keywords on either side the Fscore is the cosine alone."""
+    page = unit_vector([0.6, 0.8, 0.0])
+    assert 0.6 == pytest.approx(fscore(X, [], page, []), abs=1e-6)
+
+
+def test_page_on_the_same_topic_joins_its_segment() -> None:
+    """A cooking page joins the cooking segment (0.8 + 1/2), not the travel one (0.6)."""
+    cooking = segment("cooking", X, ("recipe", "pasta"))
+    travel = segment("travel", Y, ("flight",))
+    choice = choose_segment(unit_vector([0.8, 0.6, 0.0]), {"pasta"}, [travel, cooking], 0.6)
+    assert "cooking" == choice.segment_id
+    assert 1.3 == pytest.approx(choice.score, abs=1e-6)
+
+
+def test_unrelated_page_opens_a_new_segment() -> None:
+    """A page orthogonal to every segment and sharing no keyword opens a new segment."""
+    choice = choose_segment(Z, {"tax"}, [segment("cooking", X, ("pasta",))], 0.6)
+    assert choice.is_new
+    assert 0.0 == choice.score
+
+
+def test_score_equal_to_theta_joins() -> None:
+    """An Fscore of exactly theta (cosine 0, Jaccard 3/5) is enough to join."""
+    existing = segment("s", X, ("a", "b", "c", "d"))
+    choice = choose_segment(Y, {"a", "b", "c", "e"}, [existing], 0.6)
+    assert "s" == choice.segment_id
+
+
+def test_first_page_opens_a_new_segment() -> None:
+    """With no segment yet the page opens one, and there is no score."""
+    choice = choose_segment(X, {"a"}, [], 0.6)
+    assert (None, None) == (choice.segment_id, choice.score)
+
+
+def test_equal_scores_pick_the_smallest_id() -> None:
+    """Two equally good segments: the smaller id wins, whatever the input order."""
+    twins = [segment("b", X, ("k",)), segment("a", X, ("k",))]
+    assert "a" == choose_segment(X, {"k"}, twins, 0.6).segment_id
+    assert "a" == choose_segment(X, {"k"}, twins[::-1], 0.6).segment_id
+
+
+def test_open_segment_holds_one_page() -> None:
+    """A new segment has the page's vector and keywords, one page and one interaction."""
+    opened = open_segment("s", X, {"b", "a"}, T0)
+    assert [1.0, 0.0, 0.0] == opened.vector.tolist()
+    assert ("a", "b") == opened.keywords
+    assert (1, 1, 0) == (opened.page_count, opened.l_interaction, opened.n_visit)
+    assert (T0, T0) == (opened.created_at, opened.last_visit_at)
+
+
+def test_segment_vector_is_the_renormalised_mean_of_its_pages() -> None:
+    """After pages X, Y, X the vector is the unit mean (2, 1, 0)/sqrt(5)."""
+    filed = file_page(file_page(open_segment("s", X, [], T0), Y, [], T0), X, [], T0)
+    expected = [2 / math.sqrt(5), 1 / math.sqrt(5), 0.0]
+    assert expected == pytest.approx(filed.vector.tolist(), abs=1e-6)
+    assert math.sqrt(5) / 3 == pytest.approx(filed.mean_norm)
+
+
+def test_file_page_counts_the_interaction_and_refreshes_recency() -> None:
+    """Filing adds a page and an interaction and counts as an access."""
+    later = T0 + timedelta(days=3)
+    filed = file_page(open_segment("s", X, [], T0), Y, [], later)
+    assert (2, 2, later) == (filed.page_count, filed.l_interaction, filed.last_visit_at)
+
+
+def test_file_page_puts_the_new_keywords_first() -> None:
+    """A page's keywords (sorted) come first, then the segment's, each once."""
+    existing = segment("s", X, ("x", "y"))
+    assert ("x", "z", "y") == file_page(existing, X, {"z", "x"}, T0).keywords
+
+
+def test_file_page_bounds_the_keywords() -> None:
+    """Past the capacity the keywords not seen recently drop off."""
+    params = MemoryOsParams(segment_keyword_capacity=3)
+    existing = segment("s", X, ("x", "z", "y"))
+    assert ("a", "b", "x") == file_page(existing, X, ["b", "a"], T0, params).keywords
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    old=st.lists(st.text(min_size=1, max_size=4), unique=True, max_size=30),
+    new=st.sets(st.text(min_size=1, max_size=4), max_size=30),
+    capacity=st.integers(min_value=1, max_value=25),
+)
+def test_keywords_stay_bounded_and_keep_the_page(
+    old: list[str], new: set[str], capacity: int
+) -> None:
+    """Keywords never exceed the capacity, never repeat, and keep the page's when they fit."""
+    params = MemoryOsParams(segment_keyword_capacity=capacity)
+    keywords = file_page(segment("s", X, tuple(old)), X, new, T0, params).keywords
+    assert len(keywords) <= capacity
+    assert len(set(keywords)) == len(keywords)
+    if len(new) <= capacity:
+        assert new <= set(keywords)
+
+
+def test_file_page_refuses_a_vector_of_another_size() -> None:
+    """A page vector of the wrong dimension is refused with a clear error."""
+    with pytest.raises(ValueError, match="shape"):
+        file_page(open_segment("s", X, [], T0), unit_vector([1.0, 0.0]), [], T0)
+
+
+def test_rewrite_summary_replaces_summary_and_keywords() -> None:
+    """A rewritten summary replaces the old one; keywords are deduplicated in order."""
+    old = segment("s", X, ("old",))
+    rewritten = rewrite_summary(old, "Pasta recipes", ["pasta", "sauce", "pasta"])
+    assert ("Pasta recipes", ("pasta", "sauce")) == (rewritten.summary, rewritten.keywords)
+    assert [1.0, 0.0, 0.0] == rewritten.vector.tolist()
+
+
+def test_visit_counts_and_refreshes_recency() -> None:
+    """A visit adds one to N_visit and moves the last visit to now."""
+    later = T0 + timedelta(hours=5)
+    visited = visit(segment("s", n_visit=2), later)
+    assert (3, later) == (visited.n_visit, visited.last_visit_at)
+
+
+def test_heat_formula() -> None:
+    """Two visits, three pages and one time constant elapsed give 2 + 3 + 1/e."""
+    hot = segment("s", n_visit=2, l_interaction=3)
+    now = T0 + timedelta(seconds=DEFAULT_PARAMS.mu)
+    assert 5 + math.exp(-1) == pytest.approx(heat(hot, now, DEFAULT_PARAMS))
+
+
+def test_heat_uses_the_weights() -> None:
+    """Weights scale each term: 2*2 visits + 0.5*4 pages + 3*recency 1."""
+    params = MemoryOsParams(alpha=2.0, beta=0.5, gamma=3.0)
+    assert 9.0 == pytest.approx(heat(segment("s", n_visit=2, l_interaction=4), T0, params))
+
+
+def test_recency_ignores_a_visit_in_the_future() -> None:
+    """A last visit after now (clock skew) counts as now, never above 1."""
+    ahead = segment("s", last_visit_at=T0 + timedelta(minutes=1))
+    assert 1.0 == recency(ahead, T0)
+
+
+def test_heat_rises_with_visits_and_pages() -> None:
+    """Each visit adds alpha and each filed page adds beta to the heat."""
+    base = open_segment("s", X, [], T0)
+    assert heat(base, T0) + 1.0 == pytest.approx(heat(visit(base, T0), T0))
+    assert heat(base, T0) + 1.0 == pytest.approx(heat(file_page(base, X, [], T0), T0))
+
+
+def test_heat_cools_with_time() -> None:
+    """The same segment is colder a month later than now."""
+    base = open_segment("s", X, [], T0)
+    assert heat(base, T0 + timedelta(days=30)) < heat(base, T0)
+
+
+def promotions(start: Segment, pages: int, now: datetime) -> tuple[Segment, list[int]]:
+    """File ``pages`` pages as the MTM worker does; return the segment and the promoting pages."""
+    promoted: list[int] = []
+    current = start
+    for number in range(1, pages + 1):
+        current = file_page(current, X, [], now)
+        if should_promote(current, now, DEFAULT_PARAMS):
+            promoted.append(number)
+            current = after_promotion(current)
+    return current, promoted
+
+
+def test_a_burst_of_pages_promotes_exactly_once() -> None:
+    """Seven pages of a new segment promote once, at the fifth (5 + recency 1 > tau 5)."""
+    _, promoted = promotions(open_segment("s", X, [], T0), 6, T0)
+    assert [4] == promoted
+
+
+def test_promotion_again_only_after_new_activity_passes_tau() -> None:
+    """After a promotion, four more pages stay below tau and the fifth promotes again."""
+    once, first = promotions(open_segment("s", X, [], T0), 4, T0)
+    _, second = promotions(once, 5, T0)
+    assert ([4], [5]) == (first, second)
+
+
+def test_a_much_visited_segment_is_not_promoted_on_every_page() -> None:
+    """Ten visits promote on the next page, then only after five more pages."""
+    visited = segment("s", n_visit=10, l_interaction=0)
+    _, promoted = promotions(visited, 12, T0)
+    assert [1, 6, 11] == promoted
+
+
+def test_after_promotion_resets_the_interactions() -> None:
+    """Promotion resets L_interaction, counts the promotion and keeps the visits."""
+    promoted = after_promotion(segment("s", n_visit=3, l_interaction=6))
+    assert (0, 1, 3) == (promoted.l_interaction, promoted.promoted_count, promoted.n_visit)
+
+
+def test_coldest_is_the_least_heat() -> None:
+    """The segment with the least heat is the one to evict."""
+    segments = [
+        segment("hot", n_visit=5),
+        segment("cold", last_visit_at=T0 - timedelta(days=300)),
+        segment("warm", l_interaction=2),
+    ]
+    assert "cold" == coldest(segments, T0).id
+
+
+def test_coldest_tie_goes_to_the_oldest_then_smallest_id() -> None:
+    """Equal heat: the earliest created segment goes first, then the smallest id."""
+    old = segment("z", created_at=T0 - timedelta(days=1))
+    assert "z" == coldest([segment("a"), old], T0).id
+    assert "a" == coldest([segment("b"), segment("a")], T0).id
+
+
+def test_coldest_of_nothing_is_an_error() -> None:
+    """Asking for the coldest of no segments is an error, not a silent None."""
+    with pytest.raises(ValueError, match="no segment"):
+        coldest([], T0)
+
+
+def test_segments_to_evict_are_the_coldest_beyond_capacity() -> None:
+    """Over capacity by two, the two coldest are evicted, coldest first."""
+    params = MemoryOsParams(max_segments=2)
+    segments = [
+        segment(name, n_visit=visits) for name, visits in zip("abcd", [3, 0, 2, 1], strict=True)
+    ]
+    assert ["b", "d"] == [s.id for s in segments_to_evict(segments, T0, params)]
+    assert [] == segments_to_evict(segments[:2], T0, params)
+
+
+def test_rank_segments_by_fscore() -> None:
+    """Segments rank by cosine plus keyword overlap with the query, best top_m first."""
+    segments = [
+        segment("travel", Y, ("flight",)),
+        segment("cooking", X, ("pasta",)),
+        segment("baking", unit_vector([0.8, 0.6, 0.0]), ("bread",)),
+    ]
+    ranked = rank_segments(X, {"pasta"}, segments, top_m=2)
+    assert ["cooking", "baking"] == [entry.item.id for entry in ranked]
+    assert [2.0, 0.8] == pytest.approx([entry.score for entry in ranked], abs=1e-6)
+
+
+def test_rank_pages_by_similarity() -> None:
+    """Pages rank by cosine with the query, at most top_k of them."""
+    pages = [
+        PageRef(page_id="p1", segment_id="s", vector=Y),
+        PageRef(page_id="p2", segment_id="s", vector=unit_vector([0.6, 0.8, 0.0])),
+        PageRef(page_id="p3", segment_id="s", vector=X),
+    ]
+    assert ["p3", "p2"] == [entry.item.page_id for entry in rank_pages(X, pages, top_k=2)]
+
+
+def test_segment_round_trips_through_json() -> None:
+    """A segment loads back from its canonical JSON with the same state and vector."""
+    original = visit(file_page(open_segment("s", X, {"a"}, T0), Y, {"b"}, T0), T0)
+    loaded = Segment.from_json(original.to_json())
+    assert original == loaded
+    assert np.array_equal(original.vector, loaded.vector)
+    assert heat(original, T0) == heat(loaded, T0)

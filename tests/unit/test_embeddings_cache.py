@@ -1,0 +1,126 @@
+"""Tests for CachedEmbedder's de-duplication, ordering and stats, and the LRU memory store."""
+# The project style puts the expected value first; ruff's SIM300 forbids it.
+# ruff: noqa: SIM300
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+from memoryd.shared.adapters.embeddings import (
+    CachedEmbedder,
+    CacheStats,
+    MemoryEmbeddingStore,
+    Vectors,
+    content_hash,
+)
+
+DIMENSION = 8
+
+
+class FakeEmbedder:
+    """Embed each text as a deterministic unit vector and record every call."""
+
+    model_name = "fake-model"
+    dimension = DIMENSION
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        self.calls.append(list(texts))
+        return np.stack([_vector_of(text) for text in texts])
+
+
+def _vector_of(text: str) -> Vectors:
+    digest = hashlib.sha256(text.encode()).digest()[:DIMENSION]
+    vector = np.frombuffer(digest, dtype=np.uint8).astype(np.float32) + 1.0
+    return vector / np.linalg.norm(vector)
+
+
+async def test_rows_come_back_in_input_order_with_duplicates() -> None:
+    """Each input text gets its own vector, in order, even when texts repeat."""
+    cache = CachedEmbedder(FakeEmbedder(), MemoryEmbeddingStore())
+    texts = ["b", "a", "b", "c"]
+
+    vectors = await cache.embed(texts)
+
+    np.testing.assert_array_equal(np.stack([_vector_of(text) for text in texts]), vectors)
+
+
+async def test_duplicates_within_a_call_are_embedded_once() -> None:
+    """The model sees each distinct text once per call."""
+    inner = FakeEmbedder()
+
+    await CachedEmbedder(inner, MemoryEmbeddingStore()).embed(["x", "y", "x", "x"])
+
+    assert [["x", "y"]] == inner.calls
+
+
+async def test_a_second_call_embeds_only_new_texts() -> None:
+    """Texts seen before are served from the store; only new ones reach the model."""
+    inner = FakeEmbedder()
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore())
+
+    await cache.embed(["one", "two"])
+    await cache.embed(["two", "three", "one"])
+
+    assert [["one", "two"], ["three"]] == inner.calls
+    assert CacheStats(hits=2, misses=3) == cache.stats
+
+
+async def test_misses_are_sent_in_batches() -> None:
+    """Misses reach the model in batches no larger than the batch size."""
+    inner = FakeEmbedder()
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore(), batch_size=2)
+
+    await cache.embed(["a", "b", "c", "d", "e"])
+
+    assert [["a", "b"], ["c", "d"], ["e"]] == inner.calls
+
+
+async def test_empty_input_makes_no_model_call() -> None:
+    """Embedding nothing returns an empty matrix of the right width without a model call."""
+    inner = FakeEmbedder()
+
+    vectors = await CachedEmbedder(inner, MemoryEmbeddingStore()).embed([])
+
+    assert (0, DIMENSION) == vectors.shape
+    assert [] == inner.calls
+
+
+def test_hit_rate_is_the_share_of_hits() -> None:
+    """The hit rate is hits over lookups, and zero before any lookup."""
+    assert 0.75 == CacheStats(hits=3, misses=1).hit_rate
+    assert 0.0 == CacheStats().hit_rate
+
+
+async def test_cache_reports_the_inner_model_identity() -> None:
+    """The cache embeds as the inner model, so events record the real model."""
+    cache = CachedEmbedder(FakeEmbedder(), MemoryEmbeddingStore())
+
+    assert ("fake-model", DIMENSION) == (cache.model_name, cache.dimension)
+
+
+async def test_memory_store_evicts_the_least_recently_used() -> None:
+    """Over capacity, the entry unused for longest goes first; a read counts as a use."""
+    store = MemoryEmbeddingStore(max_entries=2)
+    await store.put_many("m", {"a": _vector_of("a"), "b": _vector_of("b")})
+    await store.get_many("m", ["a"])
+
+    await store.put_many("m", {"c": _vector_of("c")})
+
+    assert ["a", "c"] == sorted(await store.get_many("m", ["a", "b", "c"]))
+    assert 2 == len(store)
+
+
+async def test_memory_store_keeps_models_apart() -> None:
+    """A vector stored for one model is not returned for another."""
+    store = MemoryEmbeddingStore()
+    await store.put_many("model-1", {"k": _vector_of("k")})
+
+    assert {} == await store.get_many("model-2", ["k"])
+
+
+def test_content_hash_is_the_sha256_of_the_utf8_text() -> None:
+    """The key is stable across processes: the hex sha256 of the UTF-8 bytes."""
+    assert hashlib.sha256("héllo".encode()).hexdigest() == content_hash("héllo")

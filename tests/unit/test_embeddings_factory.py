@@ -1,0 +1,42 @@
+"""Tests for build_embedder."""
+# The project style puts the expected value first; ruff's SIM300 forbids it.
+# ruff: noqa: SIM300
+
+import pytest
+from memoryd.shared.adapters.embeddings import (
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    build_embedder,
+)
+
+
+def test_local_kind_builds_minilm_without_loading_it() -> None:
+    """The local kind is the bundled MiniLM, 384 wide, configured from the settings."""
+    embedder = build_embedder("local", batch_size=16)
+
+    assert isinstance(embedder, SentenceTransformerEmbedder)
+    assert ("all-MiniLM-L6-v2", 384, 16) == (
+        embedder.model_name,
+        embedder.dimension,
+        embedder.batch_size,
+    )
+
+
+def test_openai_kind_builds_a_client_for_the_endpoint() -> None:
+    """The openai kind embeds with the named model at the given width."""
+    embedder = build_embedder(
+        "openai",
+        model="text-embedding-3-small",
+        dimension=1536,
+        base_url="http://127.0.0.1:1/v1",
+        api_key="unused",
+    )
+
+    assert isinstance(embedder, OpenAIEmbedder)
+    assert ("text-embedding-3-small", 1536) == (embedder.model_name, embedder.dimension)
+
+
+def test_unknown_kind_is_refused_with_the_choices() -> None:
+    """A misspelt kind names the kinds that exist."""
+    with pytest.raises(ValueError, match="'local' or 'openai'"):
+        build_embedder("lokal", batch_size=1)  # type: ignore[arg-type]
