@@ -18,6 +18,11 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from memoryd.services.memories.projection import MemoriesProjection
+from memoryd.services.recall.service import handle_recall
+from memoryd.services.runtime.consumer import PullWorker
+from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.stm.projection import StmProjection
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.adapters.nats_log import (
@@ -29,11 +34,6 @@ from memoryd.shared.adapters.nats_log import (
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.settings import Settings
-from memoryd.services.memories.projection import MemoriesProjection
-from memoryd.services.recall.service import handle_recall
-from memoryd.services.runtime.consumer import PullWorker
-from memoryd.services.runtime.projection import Projection, ProjectionRunner
-from memoryd.services.stm.projection import StmProjection
 
 log = structlog.get_logger(__name__)
 

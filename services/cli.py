@@ -12,6 +12,7 @@ from pathlib import Path
 
 import structlog
 
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
 from memoryd.shared.adapters.embedded_nats import _port_open
 from memoryd.shared.adapters.nats_log import connect
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
@@ -19,7 +20,6 @@ from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts.schema_export import write_schemas
 from memoryd.shared.logging import configure_logging
 from memoryd.shared.settings import Settings
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
 
 log = structlog.get_logger("memoryd")
 
@@ -96,8 +96,10 @@ async def cmd_replay(settings: Settings) -> None:
         await nc.drain()
         if stack is not None:
             await stack.stop()
-    print(f"replayed {report.events} events in {report.seconds:.2f}s "
-          f"({report.events_per_second:,.0f} events/s)")
+    print(
+        f"replayed {report.events} events in {report.seconds:.2f}s "
+        f"({report.events_per_second:,.0f} events/s)"
+    )
     for table, checksum in report.checksums.items():
         print(f"  {table}: {checksum}")
 
@@ -112,8 +114,10 @@ async def cmd_dead_letters(settings: Settings, limit: int) -> None:
     nc = await connect(url, name="memoryd-cli")
     try:
         for letter in await read_dead_letters(nc.jetstream(), settings.dead_letter_stream, limit):
-            print(f"#{letter.sequence} {letter.consumer} {letter.original_subject}: "
-                  f"{letter.reason}\n    {letter.data[:200]!r}")
+            print(
+                f"#{letter.sequence} {letter.consumer} {letter.original_subject}: "
+                f"{letter.reason}\n    {letter.data[:200]!r}"
+            )
     finally:
         await nc.drain()
 

@@ -35,13 +35,17 @@ async def run_demo(client: MemoryClient, out: list[str] | None = None) -> list[s
     )
     await client.wait_until_applied()
     answer = await client.recall(scope, "what food does the user eat on the trip to Japan?")
-    lines.append(f"Recall for {scope.tenant}/{scope.user_id}: {len(answer.pages)} STM pages "
-                 f"(FIFO of 7 from {len(CONVERSATION)} turns), {len(answer.memories)} memories, "
-                 f"{answer.tokens} tokens")
+    lines.append(
+        f"Recall for {scope.tenant}/{scope.user_id}: {len(answer.pages)} STM pages "
+        f"(FIFO of 7 from {len(CONVERSATION)} turns), {len(answer.memories)} memories, "
+        f"{answer.tokens} tokens"
+    )
     lines.append(answer.context)
     await client.end_session(scope)
     await client.wait_until_applied()
     after = await client.recall(scope)
-    lines.append(f"After the session ended, memories left: {[m.content for m in after.memories]} "
-                 "(the conversation-category one is gone)")
+    lines.append(
+        f"After the session ended, memories left: {[m.content for m in after.memories]} "
+        "(the conversation-category one is gone)"
+    )
     return lines

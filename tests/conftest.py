@@ -7,6 +7,7 @@ otherwise). Testcontainers is used only when a Docker engine answers (not on the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,10 +17,10 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 
 
 def _docker_postgres_url() -> Iterator[str] | None:
@@ -64,9 +65,7 @@ def postgres_url() -> Iterator[str | None]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str | None
-) -> str:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str | None) -> str:
     """Return a database URL: each test using it runs on SQLite and on PostgreSQL."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}"
@@ -79,10 +78,8 @@ async def _delete_streams(url: str, settings: Settings) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
     for name in (settings.stream_name, settings.dead_letter_stream):
-        try:
+        with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
-        except NotFoundError:
-            pass
     await nc.close()
 
 

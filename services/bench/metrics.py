@@ -22,8 +22,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Literal
 
-from memoryd.services.bench.datasets import Question
 from pydantic import BaseModel, ConfigDict
+
+from memoryd.services.bench.datasets import Question
 
 __all__ = [
     "DEFAULT_KS",

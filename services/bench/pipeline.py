@@ -17,18 +17,42 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memoryd.services.bootstrap import build_projections, start_stack
+from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Category, MemoryRemembered, Scope, TurnRecorded
 from memoryd.shared.settings import Settings
-from memoryd.services.bootstrap import build_projections, start_stack
-from memoryd.services.runtime.replay import replay
 
-WORDS = (
-    "trip budget hotel train coffee tea hiking jazz guitar python garden sister birthday "
-    "dentist lisbon kyoto recipe marathon novel museum cat dog piano chess salary project"
-).split()
+WORDS = [
+    "trip",
+    "budget",
+    "hotel",
+    "train",
+    "coffee",
+    "tea",
+    "hiking",
+    "jazz",
+    "guitar",
+    "python",
+    "garden",
+    "sister",
+    "birthday",
+    "dentist",
+    "lisbon",
+    "kyoto",
+    "recipe",
+    "marathon",
+    "novel",
+    "museum",
+    "cat",
+    "dog",
+    "piano",
+    "chess",
+    "salary",
+    "project",
+]
 
 
 def _sentence(rng: random.Random, n: int = 10) -> str:

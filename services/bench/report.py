@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from memoryd.services.bench.metrics import OVERALL, Evaluation, GroupSummary
 from pydantic import BaseModel, ConfigDict
+
+from memoryd.services.bench.metrics import OVERALL, Evaluation, GroupSummary
 
 __all__ = [
     "DEFAULT_TABLE_METRICS",

@@ -8,11 +8,12 @@ from datetime import timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql.tables import memories
 from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
-    AnyEvent,
     Category,
     MemoryForgotten,
     MemoryRemembered,
@@ -20,19 +21,18 @@ from memoryd.shared.contracts.events import (
 )
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.domain.memories import expires_at
-from memoryd.services.runtime.projection import Effects, Positioned
 
 
 def _note(kind: str, event: AnyEvent, sequence: int, ids: Sequence[object]) -> MemoryUpdated:
     return MemoryUpdated(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         tenant=event.scope.tenant,
         user_id=event.scope.user_id,
         agent_id=event.scope.agent_id,
         session_id=event.scope.session_id,
         event_id=event.event_id,
         stream_seq=sequence,
-        item_ids=tuple(ids),  # type: ignore[arg-type]
+        item_ids=tuple(ids),
     )
 
 
@@ -121,7 +121,9 @@ class MemoriesProjection:
                 & (memories.c.namespace == scope.namespace)
                 & (memories.c.key == event.key)
             )
-        result = await session.execute(delete(memories).where(where).returning(memories.c.memory_id))
+        result = await session.execute(
+            delete(memories).where(where).returning(memories.c.memory_id)
+        )
         return [row[0] for row in result]
 
     async def _end_session(self, session: AsyncSession, event: SessionEnded) -> list[object]:

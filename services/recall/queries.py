@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -55,7 +56,7 @@ async def conversation_pages(
 
 async def candidate_memories(
     session: AsyncSession, scope: Scope, search_scope: SearchScope, now: datetime
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """Return the unexpired memories visible to ``scope``."""
     rows = await session.execute(
         select(memories).where(

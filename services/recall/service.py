@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.recall import queries
 from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
@@ -18,16 +20,16 @@ from memoryd.shared.contracts.recall import (
 )
 from memoryd.shared.domain.memories import keyword_score
 from memoryd.shared.domain.text import estimate_tokens
-from memoryd.services.recall import queries
 
 log = structlog.get_logger(__name__)
 
 
-def rank_memories(query: str, rows: Sequence[dict[str, object]], limit: int) -> list[MemoryItem]:
+def rank_memories(query: str, rows: Sequence[Mapping[str, Any]], limit: int) -> list[MemoryItem]:
     """Score memory rows against ``query`` and keep the best ``limit`` that match at all."""
     scored = []
     for row in rows:
-        score = keyword_score(query, f"{row['key'] or ''} {row['content']}", float(row["importance"]))  # type: ignore[arg-type]
+        text = f"{row['key'] or ''} {row['content']}"
+        score = keyword_score(query, text, float(row["importance"]))
         if score > 0:
             scored.append(MemoryItem.model_validate({**row, "score": round(score, 6)}))
     scored.sort(key=lambda item: (-item.score, -item.created_at.timestamp(), str(item.memory_id)))

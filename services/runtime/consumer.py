@@ -17,9 +17,9 @@ import nats.errors
 import structlog
 from nats.js import JetStreamContext, api
 
+from memoryd.services.runtime.projection import ProjectionRunner
 from memoryd.shared import subjects
 from memoryd.shared.settings import Settings
-from memoryd.services.runtime.projection import ProjectionRunner
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +69,7 @@ class PullWorker:
                     msgs += await subscription.fetch(
                         min(backlog, self._settings.batch_size - 1), timeout=5.0
                     )
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             self._busy = True
             try:

@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.contracts.events import AnyEvent, Event, decode_event, event_type_name
+from memoryd.shared.contracts.catalog import AnyEvent, decode_event, event_type_name
+from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.notifications import MemoryUpdated
 
 log = structlog.get_logger(__name__)

@@ -19,19 +19,19 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from memoryd.shared import subjects
-from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.adapters.sql.schema import (
-    create_schema,
-    drop_read_models,
-    read_model_checksums,
-)
 from memoryd.services.runtime.projection import (
     DeadLetter,
     Positioned,
     Projection,
     apply_once,
     decode_message,
+)
+from memoryd.shared import subjects
+from memoryd.shared.adapters.sql import tracking
+from memoryd.shared.adapters.sql.schema import (
+    create_schema,
+    drop_read_models,
+    read_model_checksums,
 )
 
 log = structlog.get_logger(__name__)

@@ -8,13 +8,13 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql.tables import stm_pages
 from memoryd.shared.contracts.events import PageEvicted, TurnRecorded, derived_id
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.stm import ConversationKey, Page, append_page
-from memoryd.services.runtime.projection import Effects, Positioned
 
 
 def conversation_of(turn: TurnRecorded) -> ConversationKey:
@@ -57,7 +57,7 @@ def eviction_event(key: ConversationKey, page: Page, cause: TurnRecorded) -> Pag
 
 def _note(kind: str, turn: TurnRecorded, sequence: int, page: Page) -> MemoryUpdated:
     return MemoryUpdated(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         tenant=turn.scope.tenant,
         user_id=turn.scope.user_id,
         agent_id=turn.scope.agent_id,

@@ -81,14 +81,18 @@ class EmbeddedNats:
             [
                 str(nats_server_binary()),
                 "--jetstream",
-                "--store_dir", str(self.data_dir / "jetstream"),
-                "--addr", self.host,
-                "--port", str(self.port),
-                "--server_name", "memoryd-embedded",
+                "--store_dir",
+                str(self.data_dir / "jetstream"),
+                "--addr",
+                self.host,
+                "--port",
+                str(self.port),
+                "--server_name",
+                "memoryd-embedded",
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         log_file.close()
         deadline = time.monotonic() + timeout

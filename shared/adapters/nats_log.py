@@ -12,7 +12,8 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
 from memoryd.shared import subjects
-from memoryd.shared.contracts.events import Event, encode_event, event_type_name
+from memoryd.shared.contracts.catalog import encode_event, event_type_name
+from memoryd.shared.contracts.events import Event
 from memoryd.shared.settings import Settings
 
 MSG_ID = "Nats-Msg-Id"
@@ -26,7 +27,11 @@ def server_list(url: str) -> list[str]:
 async def connect(url: str, name: str = "memoryd") -> NatsClient:
     """Connect to NATS, retrying while a just-started server comes up."""
     return await nats.connect(
-        server_list(url), name=name, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.5
+        server_list(url),
+        name=name,
+        connect_timeout=2,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
     )
 
 

@@ -178,9 +178,7 @@ class MemoryClient:
         async def deliver(msg: Any) -> None:
             await queue.put(MemoryUpdated.model_validate_json(msg.data))
 
-        subscription = await self._nc.subscribe(
-            subjects.notify_filter(tenant, user_id), cb=deliver
-        )
+        subscription = await self._nc.subscribe(subjects.notify_filter(tenant, user_id), cb=deliver)
         await self._nc.flush()
         try:
             yield queue

@@ -1,8 +1,12 @@
 """Versioned contracts: events, recall request-reply, notifications."""
 
-from memoryd.shared.contracts.events import (
+from memoryd.shared.contracts.catalog import (
     EVENT_TYPES,
     AnyEvent,
+    decode_event,
+    encode_event,
+)
+from memoryd.shared.contracts.events import (
     Category,
     Event,
     MemoryForgotten,
@@ -11,9 +15,7 @@ from memoryd.shared.contracts.events import (
     PageEvicted,
     SessionEnded,
     TurnRecorded,
-    decode_event,
     derived_id,
-    encode_event,
 )
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.recall import (

@@ -17,7 +17,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    TypeAdapter,
     model_validator,
 )
 
@@ -133,33 +132,3 @@ class PageEvicted(Event):
     query: OptionalText
     response: OptionalText
     turn_occurred_at: datetime
-
-
-InputEvent = TurnRecorded | MemoryRemembered | MemoryForgotten | SessionEnded
-DerivedEvent = PageEvicted
-AnyEvent = Annotated[InputEvent | DerivedEvent, Field(discriminator="type")]
-
-EVENT_TYPES: tuple[type[Event], ...] = (
-    TurnRecorded,
-    MemoryRemembered,
-    MemoryForgotten,
-    SessionEnded,
-    PageEvicted,
-)
-
-event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
-
-
-def decode_event(data: bytes) -> AnyEvent:
-    """Parse and validate one event from its JSON bytes (raises pydantic.ValidationError)."""
-    return event_adapter.validate_json(data)
-
-
-def encode_event(event: Event) -> bytes:
-    """Serialise an event to the JSON bytes written to the log."""
-    return event.model_dump_json().encode()
-
-
-def event_type_name(event: Event) -> str:
-    """Return the versioned type string of an event."""
-    return str(getattr(event, "type"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from memoryd.shared.contracts.events import EVENT_TYPES
+from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.recall import RecallError, RecallRequest, RecallResponse
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TypeVar
 
+from pydantic import Field
+
 from memoryd.shared.domain.memoryos import (
     DomainModel,
     UtcDatetime,
@@ -21,7 +23,6 @@ from memoryd.shared.domain.memoryos import (
     as_utc,
     rank_by_similarity,
 )
-from pydantic import Field
 
 __all__ = [
     "AgentTraits",

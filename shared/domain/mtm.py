@@ -16,6 +16,8 @@ from datetime import datetime
 from typing import TypeVar
 
 import numpy as np
+from pydantic import Field
+
 from memoryd.shared.domain.memoryos import (
     DEFAULT_PARAMS,
     DomainModel,
@@ -29,7 +31,6 @@ from memoryd.shared.domain.memoryos import (
     rank_by_similarity,
     unit_vector,
 )
-from pydantic import Field
 
 __all__ = [
     "PageRef",

@@ -25,6 +25,7 @@ from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
+
 from memoryd.shared.adapters.index import (
     EdgeSearchIndex,
     Hit,

@@ -1,17 +1,17 @@
 """Tests for SentenceTransformerEmbedder on the real bundled all-MiniLM-L6-v2."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import asyncio
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
+
 from memoryd.shared.adapters.embeddings import (
     EmbeddingDimensionError,
     SentenceTransformerEmbedder,
     bundled_minilm_path,
 )
-from structlog.testing import capture_logs
 
 pytestmark = pytest.mark.model
 

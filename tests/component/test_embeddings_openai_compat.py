@@ -1,6 +1,5 @@
 """Tests for OpenAIEmbedder against a stand-in OpenAI embeddings server on 127.0.0.1."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import hashlib
 import json
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+
 from memoryd.shared.adapters.embeddings import EmbeddingDimensionError, OpenAIEmbedder
 
 DIMENSION = 16

@@ -1,6 +1,5 @@
 """Tests for SqlEmbeddingStore on SQLite and PostgreSQL, and CachedEmbedder over the real model."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import os
 import uuid
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
 from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     CacheStats,
@@ -19,7 +20,6 @@ from memoryd.shared.adapters.embeddings import (
     Vectors,
     content_hash,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 POSTGRES_URL = os.environ.get(
     "MEMORYD_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

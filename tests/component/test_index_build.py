@@ -1,11 +1,10 @@
 """Tests for choosing the index backend with build_index."""
 
-# ruff: noqa: SIM300 - expected value first, as STYLE.md asks (SIM300 calls it Yoda).
-
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
+
 from memoryd.shared.adapters.index import (
     EdgeSearchIndex,
     IndexPayload,

@@ -4,8 +4,6 @@ The server adapter runs in qdrant-client's local mode (``":memory:"``), which br
 searches and ignores payload indexes but applies filters and the IDF modifier.
 """
 
-# ruff: noqa: SIM300 - expected value first, as STYLE.md asks (SIM300 calls it Yoda).
-
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -14,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from memoryd.shared.adapters.index import (
     EdgeSearchIndex,
     Hit,

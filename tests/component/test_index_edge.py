@@ -1,15 +1,14 @@
 """Tests for the Qdrant Edge index beyond the shared contract: disk, reopening, optimising."""
 
-# ruff: noqa: SIM300 - expected value first, as STYLE.md asks (SIM300 calls it Yoda).
-
 import asyncio
 from pathlib import Path
 from uuid import uuid4
 
 import numpy as np
 import pytest
-from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPayload, IndexPoint, ScopeFilter
 from structlog.testing import capture_logs
+
+from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPayload, IndexPoint, ScopeFilter
 
 DIM = 8
 ACME = ScopeFilter(tenant="acme")

@@ -7,11 +7,10 @@ and the refusal of an existing collection of another dimension (each ":memory:" 
 its own storage, so a second adapter cannot see the first one's collection).
 """
 
-# ruff: noqa: SIM300 - expected value first, as STYLE.md asks (SIM300 calls it Yoda).
-
 from uuid import uuid4
 
 import pytest
+
 from memoryd.shared.adapters.index import IndexPayload, IndexPoint, QdrantServerIndex, ScopeFilter
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")

@@ -1,6 +1,5 @@
 """Tests for OpenAIChatLlm against a stand-in OpenAI chat server on 127.0.0.1."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import json
 import threading
@@ -11,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
 from memoryd.shared.adapters.llm import (
     CircuitBreaker,
     LlmFailure,

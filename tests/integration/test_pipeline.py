@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from nats.js import api
 
+from memoryd.services.bootstrap import Stack, build_projections
+from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
 from memoryd.shared.adapters.dead_letters import read_dead_letters
 from memoryd.shared.adapters.sql.schema import read_model_checksums
@@ -23,8 +25,6 @@ from memoryd.shared.contracts import (
     derived_id,
     encode_event,
 )
-from memoryd.services.bootstrap import Stack, build_projections
-from memoryd.services.runtime.replay import replay
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,15 +74,13 @@ async def wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no
 async def test_killing_the_stm_worker_mid_stream_loses_nothing(
     nats_url: str, tmp_path: Path
 ) -> None:
-    """SIGKILL the STM worker while it works; after a restart every page and eviction is there once."""
+    """SIGKILL the STM worker mid-stream; after a restart each page and eviction is there once."""
     settings = Settings(nats_url=nats_url)
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     for name in (settings.stream_name, settings.dead_letter_stream):
-        try:
+        with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
-        except NotFoundError:
-            pass
     env = {
         "MEMORYD_NATS_URL": nats_url,
         "MEMORYD_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}",

@@ -1,7 +1,6 @@
 """Tests for the benchmark loaders (LongMemEval-S and LoCoMo)."""
 
 # Asserts put the expected value first (STYLE.md), which SIM300 reads as a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memoryd.services.bench.datasets import (
     EvidenceRepairs,
     load_locomo,

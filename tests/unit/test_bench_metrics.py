@@ -1,7 +1,6 @@
 """Tests for the LongMemEval retrieval metrics."""
 
 # Asserts put the expected value first (STYLE.md), which SIM300 reads as a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memoryd.services.bench.datasets import Question
 from memoryd.services.bench.metrics import (
     aggregate,

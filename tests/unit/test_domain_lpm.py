@@ -1,7 +1,6 @@
 """Unit tests for long-term persona memory: profile, knowledge base, traits and agent traits."""
 
 # STYLE.md puts the expected value first in asserts, which SIM300 calls a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memoryd.shared.domain.lpm import (
     AgentTraits,
     Fact,

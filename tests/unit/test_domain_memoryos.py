@@ -1,7 +1,6 @@
 """Unit tests for the MemoryOS parameters, vectors, serialisation and similarity ranking."""
 
 # STYLE.md puts the expected value first in asserts, which SIM300 calls a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 
@@ -9,6 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
+
 from memoryd.shared.domain.memoryos import (
     DEFAULT_PARAMS,
     DomainModel,
@@ -19,7 +20,6 @@ from memoryd.shared.domain.memoryos import (
     rank_by_similarity,
     unit_vector,
 )
-from pydantic import ValidationError
 
 
 class Sample(DomainModel):

@@ -1,7 +1,6 @@
 """Unit tests for mid-term memory: segments, Fscore, heat, promotion, eviction and ranking."""
 
 # STYLE.md puts the expected value first in asserts, which SIM300 calls a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams, unit_vector
 from memoryd.shared.domain.mtm import (
     PageRef,

@@ -1,11 +1,11 @@
 """Tests for CachedEmbedder's de-duplication, ordering and stats, and the LRU memory store."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import hashlib
 from collections.abc import Sequence
 
 import numpy as np
+
 from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     CacheStats,

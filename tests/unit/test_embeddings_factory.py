@@ -1,8 +1,8 @@
 """Tests for build_embedder."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import pytest
+
 from memoryd.shared.adapters.embeddings import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,

@@ -1,6 +1,5 @@
 """Tests for measure_throughput and the LoCoMo text loader it is run on."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import json
 from collections.abc import Sequence
@@ -8,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memoryd.shared.adapters.embeddings import Vectors
 from memoryd.shared.adapters.embeddings.throughput import locomo_turns, measure_throughput
 

@@ -1,9 +1,9 @@
 """Tests for the row normalisation and batching helpers."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import numpy as np
 import pytest
+
 from memoryd.shared.adapters.embeddings._vectors import chunked, empty_rows, unit_rows
 from memoryd.shared.adapters.embeddings.port import EmbeddingDimensionError
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memoryd.shared.adapters.index._mapping import (
     InRange,
     MatchAny,

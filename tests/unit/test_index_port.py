@@ -4,8 +4,9 @@ from uuid import uuid4
 
 import numpy as np
 import pytest
-from memoryd.shared.adapters.index.port import IndexPayload, IndexPoint, ScopeFilter
 from pydantic import ValidationError
+
+from memoryd.shared.adapters.index.port import IndexPayload, IndexPoint, ScopeFilter
 
 
 def _payload(**overrides: object) -> IndexPayload:

@@ -1,6 +1,7 @@
 """Tests for the BM25 sparse encoder of the search index."""
 
 import pytest
+
 from memoryd.shared.adapters.index.sparse import (
     SparseVector,
     bm25_weight,

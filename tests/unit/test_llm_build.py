@@ -1,6 +1,5 @@
 """Tests for build_llm, the LLM package's factory."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, OpenAIChatLlm, build_llm
 

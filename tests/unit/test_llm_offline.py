@@ -1,8 +1,8 @@
 """Tests for the deterministic offline extractor."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import pytest
+
 from memoryd.shared.adapters.llm.offline import OfflineExtractor
 from memoryd.shared.adapters.llm.port import (
     Entity,

@@ -1,6 +1,5 @@
 """Tests for the LLM prompts."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 from memoryd.shared.adapters.llm import prompts
 from memoryd.shared.adapters.llm.port import PageText

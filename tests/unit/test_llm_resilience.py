@@ -1,10 +1,10 @@
 """Tests for the circuit breaker and the retry backoff."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import random
 
 import pytest
+
 from memoryd.shared.adapters.llm.resilience import CircuitBreaker, backoff_delay
 
 

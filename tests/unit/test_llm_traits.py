@@ -1,6 +1,5 @@
 """Tests for the 90 user-trait dimensions in traits.toml."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
-# ruff: noqa: SIM300
 
 import re
 from collections import Counter

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memoryd.services.recall.service import rank_memories, render_context
 from memoryd.shared.contracts import Category, MemoryType, PageItem
 from memoryd.shared.domain.memories import expires_at, keyword_score
 from memoryd.shared.domain.text import estimate_tokens, terms
-from memoryd.services.recall.service import rank_memories, render_context
 
 NOW = datetime(2026, 1, 5, tzinfo=UTC)
 
@@ -47,12 +47,13 @@ def test_a_memory_sharing_no_term_does_not_match() -> None:
 
 def test_ranking_puts_the_better_match_first_and_drops_non_matches() -> None:
     """The memory sharing more query terms ranks first; unrelated ones are left out."""
-    rows = [memory_row("likes green tea"), memory_row("green tea in the morning, every day"),
-            memory_row("owns a bicycle")]
-    ranked = rank_memories("green tea morning", rows, limit=10)
-    assert ["green tea in the morning, every day", "likes green tea"] == [
-        m.content for m in ranked
+    rows = [
+        memory_row("likes green tea"),
+        memory_row("green tea in the morning, every day"),
+        memory_row("owns a bicycle"),
     ]
+    ranked = rank_memories("green tea morning", rows, limit=10)
+    assert ["green tea in the morning, every day", "likes green tea"] == [m.content for m in ranked]
 
 
 def test_daily_memories_expire_after_their_ttl_and_core_never() -> None:
@@ -65,8 +66,14 @@ def test_daily_memories_expire_after_their_ttl_and_core_never() -> None:
 def test_the_context_never_exceeds_the_token_budget(budget: int, count: int) -> None:
     """Whatever the budget, the rendered items fit in it, newest pages first."""
     pages = [
-        PageItem(turn_id=uuid.uuid4(), session_id=None, agent_id="a", query=f"question {i}" * 3,
-                 response=f"answer {i}" * 5, occurred_at=NOW)
+        PageItem(
+            turn_id=uuid.uuid4(),
+            session_id=None,
+            agent_id="a",
+            query=f"question {i}" * 3,
+            response=f"answer {i}" * 5,
+            occurred_at=NOW,
+        )
         for i in range(count)
     ]
     memories = rank_memories("", [memory_row(f"fact {i} " * 4) for i in range(count)], 100)

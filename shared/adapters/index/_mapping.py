@@ -6,6 +6,7 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+
 from memoryd.shared.adapters.index.port import (
     DenseVector,
     Hit,

@@ -9,6 +9,7 @@ from uuid import UUID
 
 import qdrant_edge as qe
 import structlog
+
 from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
     KEYWORD_FIELDS,

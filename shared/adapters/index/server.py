@@ -7,6 +7,8 @@ from typing import Any
 from uuid import UUID
 
 import structlog
+from qdrant_client import AsyncQdrantClient, models
+
 from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
     KEYWORD_FIELDS,
@@ -27,7 +29,6 @@ from memoryd.shared.adapters.index.sparse import (
     document_vector,
     query_vector,
 )
-from qdrant_client import AsyncQdrantClient, models
 
 __all__ = ["QdrantServerIndex"]
 

@@ -19,7 +19,8 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 
-import Stemmer  # type: ignore[import-not-found]  # ships no type hints
+import Stemmer  # ships no type hints: see [[tool.mypy.overrides]]
+
 from memoryd.shared.adapters.index._stopwords import ENGLISH_STOPWORDS
 
 __all__ = [

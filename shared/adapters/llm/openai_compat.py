@@ -14,6 +14,9 @@ from typing import TypeVar
 
 import openai
 import structlog
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from memoryd.shared.adapters.llm import prompts
 from memoryd.shared.adapters.llm.port import (
     Continuity,
@@ -25,8 +28,6 @@ from memoryd.shared.adapters.llm.port import (
 )
 from memoryd.shared.adapters.llm.resilience import CircuitBreaker, backoff_delay
 from memoryd.shared.adapters.llm.traits import load_traits
-from openai.types.chat import ChatCompletionMessageParam
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 __all__ = ["OpenAIChatLlm"]
 

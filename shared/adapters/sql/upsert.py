@@ -19,7 +19,7 @@ async def upsert(
     """Insert ``rows``, replacing every non-key column of rows whose ``key`` exists."""
     if not rows:
         return
-    dialect = session.bind.dialect.name
+    dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(table)
     updates = {name: statement.excluded[name] for name in rows[0] if name not in key}

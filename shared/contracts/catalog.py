@@ -1,0 +1,50 @@
+"""The catalogue of every event the log can hold, and its (de)serialisation.
+
+Adding an event type: define it (a frozen ``Event`` subclass with a versioned ``type``), add it
+to ``AnyEvent`` and ``EVENT_TYPES`` below, and run ``memoryd schemas``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter
+
+from memoryd.shared.contracts.events import (
+    Event,
+    MemoryForgotten,
+    MemoryRemembered,
+    PageEvicted,
+    SessionEnded,
+    TurnRecorded,
+)
+
+AnyEvent = Annotated[
+    TurnRecorded | MemoryRemembered | MemoryForgotten | SessionEnded | PageEvicted,
+    Field(discriminator="type"),
+]
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    TurnRecorded,
+    MemoryRemembered,
+    MemoryForgotten,
+    SessionEnded,
+    PageEvicted,
+)
+
+event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Parse and validate one event from its JSON bytes (raises pydantic.ValidationError)."""
+    return event_adapter.validate_json(data)
+
+
+def encode_event(event: Event) -> bytes:
+    """Serialise an event to the JSON bytes written to the log."""
+    return event.model_dump_json().encode()
+
+
+def event_type_name(event: Event) -> str:
+    """Return the versioned type string of an event (each concrete class fixes its default)."""
+    return str(type(event).model_fields["type"].default)
