@@ -44,7 +44,9 @@ class MemoriesProjection:
     def __init__(self, daily_ttl_days: int) -> None:
         self.daily_ttl = timedelta(days=daily_ttl_days)
 
-    async def apply(self, session: AsyncSession, batch: Sequence[Positioned]) -> Effects:
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
         """Apply each memory event in order (they are few next to turns: no bulk path)."""
         effects = Effects()
         for item in batch:

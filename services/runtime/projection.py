@@ -57,8 +57,14 @@ class Projection(Protocol):
 
     consumer: str
 
-    async def apply(self, session: AsyncSession, batch: Sequence[Positioned]) -> Effects:
-        """Apply ``batch`` (in stream order, none applied before) inside ``session``."""
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Apply ``batch`` (in stream order, none applied before) inside ``session``.
+
+        ``live`` is False during replay: then a projection makes no decision (no LLM or
+        embedding call, no clock) and folds the derived events already in the log instead.
+        """
         ...
 
 
@@ -96,7 +102,8 @@ async def apply_once(
         if last <= applied:
             return Effects()
         fresh = [item for item in batch if item.sequence > applied]
-        effects = await projection.apply(session, fresh) if fresh else Effects()
+        live = publisher is not None
+        effects = await projection.apply(session, fresh, live) if fresh else Effects()
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
         await tracking.advance(session, projection.consumer, last)

@@ -133,7 +133,9 @@ class StmProjection:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
 
-    async def apply(self, session: AsyncSession, batch: Sequence[Positioned]) -> Effects:
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
         """Append each turn's page, evict overflow, and write the difference in bulk."""
         turns = [(p.event, p.sequence) for p in batch if isinstance(p.event, TurnRecorded)]
         if not turns:
