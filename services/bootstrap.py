@@ -6,6 +6,8 @@ and ``Stack.stop`` tears it down in reverse order.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -18,13 +20,35 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from memoryd.services.graph.projection import GraphProjection
+from memoryd.services.indexer import retention
+from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
+from memoryd.services.mtm.decisions import (  # issue 3
+    DecisionLog,
+    JetStreamDecisionLog,
+    NoDecisions,
+)
+from memoryd.services.mtm.projection import MtmProjection  # issue 3
+from memoryd.services.persona.projection import PersonaProjection  # issue 3
+from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.service import handle_recall
+from memoryd.services.recall.tiers import TierRecall  # issue 3
 from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.stm.chain import ChainProjection  # issue 3
 from memoryd.services.stm.projection import StmProjection
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.shared.adapters.embeddings import (
+    CachedEmbedder,
+    Embedder,
+    SentenceTransformerEmbedder,
+    SqlEmbeddingStore,
+    build_embedder,
+)
+from memoryd.shared.adapters.index import SearchIndex, build_index
+from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
     connect,
@@ -33,12 +57,23 @@ from memoryd.shared.adapters.nats_log import (
 )
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.domain.memoryos import MemoryOsParams  # issue 3
 from memoryd.shared.settings import Settings
 
 log = structlog.get_logger(__name__)
 
-Component = Literal["stm", "memories", "recall"]
-ALL_COMPONENTS: tuple[Component, ...] = ("stm", "memories", "recall")
+Component = Literal["stm", "memories", "recall", "indexer", "graph", "chain", "mtm", "persona"]
+# issue 3: "chain", "mtm", "persona" are the MemoryOS tier workers.
+ALL_COMPONENTS: tuple[Component, ...] = (
+    "stm",
+    "memories",
+    "recall",
+    "indexer",
+    "graph",
+    "chain",
+    "mtm",
+    "persona",
+)
 
 
 @dataclass
@@ -54,20 +89,166 @@ class Stack:
     publisher: EventPublisher
     broker: NatsBroker
     runners: dict[str, ProjectionRunner]
+    workers: list[PullWorker]
     _exit: AsyncExitStack
+    retrieval: Retrieval | None = None
 
     async def stop(self) -> None:
         """Stop consuming, then close connections, engine and the embedded server."""
         await self._exit.aclose()
 
+    async def stop_workers(self) -> None:
+        """Stop the projection workers (replay needs them stopped); recall keeps answering."""
+        for worker in self.workers:
+            await worker.stop()
 
-def build_projections(settings: Settings, components: Sequence[Component]) -> list[Projection]:
-    """Return the projections the chosen components run."""
+    async def retrieval_resources(self) -> Retrieval:
+        """Return the embedder, index and extractor, opening them on first use (replay)."""
+        if self.retrieval is None:
+            self.retrieval = await open_retrieval(self.settings, self.engine, self._exit)
+        return self.retrieval
+
+
+# --- issue 4: hybrid retrieval resources ------------------------------------------------------
+@dataclass(frozen=True)
+class Retrieval:
+    """What the indexer, graph and hybrid recall share: built once per stack."""
+
+    embedder: Embedder
+    index: SearchIndex
+    llm: MemoryLlm
+
+
+@functools.cache
+def _local_minilm() -> SentenceTransformerEmbedder:
+    # One model per process: the embedded default, the CLI and tests start several stacks in
+    # one process, and loading MiniLM costs seconds. It loads lazily, on the first embed.
+    return SentenceTransformerEmbedder()
+
+
+def build_model(settings: Settings) -> Embedder:
+    """Return the configured embedding model (uncached)."""
+    if settings.embedding_kind == "local" and settings.embedding_model is None:
+        return _local_minilm()
+    options: dict[str, Any] = {}
+    if settings.embedding_kind == "local":
+        options["model"] = settings.embedding_model
+    else:
+        options = {
+            "model": settings.embedding_model or "text-embedding-3-small",
+            "base_url": settings.embedding_base_url,
+            "api_key": settings.embedding_api_key or "no-key",
+            "dimension": settings.embedding_dimension,
+        }
+    return build_embedder(settings.embedding_kind, **options)
+
+
+async def open_retrieval(
+    settings: Settings,
+    engine: AsyncEngine,
+    exit_stack: AsyncExitStack,
+    *,
+    model: Embedder | None = None,
+    index: SearchIndex | None = None,
+    llm: MemoryLlm | None = None,
+) -> Retrieval:
+    """Open the embedding cache, the search index and the extractor (injectable for tests)."""
+    store = SqlEmbeddingStore(engine)
+    await store.create_schema()
+    embedder = CachedEmbedder(model or build_model(settings), store)
+    if index is None:
+        index = build_index(
+            settings.qdrant_url,
+            settings.data_dir / "index",
+            embedder.dimension,
+            api_key=settings.qdrant_api_key,
+            collection=settings.qdrant_collection,
+            auto_optimize_every=settings.index_optimize_every,
+        )
+        await index.ensure_collection()
+        exit_stack.push_async_callback(index.close)
+    if llm is None:
+        llm = build_llm(
+            base_url=settings.llm_base_url,
+            model=settings.llm_model,
+            api_key=settings.llm_api_key,
+            timeout=settings.llm_timeout_seconds,  # issue 3
+            attempts=settings.llm_attempts,  # issue 3
+        )
+        exit_stack.push_async_callback(llm.aclose)
+    return Retrieval(embedder, index, llm)
+
+
+def _needs_retrieval(components: Sequence[Component]) -> bool:
+    return bool({"indexer", "graph", "recall", "chain", "mtm", "persona"} & set(components))
+
+
+# --- end issue 4 -----------------------------------------------------------------------------
+
+
+# --- issue 3: MemoryOS tier workers -----------------------------------------------------------
+def memoryos_params(settings: Settings) -> MemoryOsParams:
+    """Return the MemoryOS parameters the settings choose (the paper's by default)."""
+    return MemoryOsParams(
+        fifo_size=settings.stm_capacity,
+        theta=settings.mtm_theta,
+        max_segments=settings.mtm_max_segments,
+        mu=settings.mtm_heat_mu_seconds,
+        tau=settings.mtm_promotion_tau,
+        top_m=settings.recall_top_segments,
+        top_k=settings.recall_top_k,
+        knowledge_capacity=settings.lpm_knowledge_capacity,
+        agent_traits_capacity=settings.lpm_agent_traits_capacity,
+    )
+
+
+def build_memoryos_projections(
+    settings: Settings,
+    components: Sequence[Component],
+    retrieval: Retrieval | None,
+    decisions: DecisionLog | None,
+) -> list[Projection]:
+    """Return the tier projections; without ports or a decision log they can only replay."""
+    refuse = NoDecisions()
+    embedder: Embedder = retrieval.embedder if retrieval is not None else refuse
+    llm: MemoryLlm = retrieval.llm if retrieval is not None else refuse
+    log_: DecisionLog = decisions if decisions is not None else refuse
+    params = memoryos_params(settings)
+    projections: list[Projection] = []
+    if "chain" in components:
+        projections.append(ChainProjection(llm, log_, settings.stm_capacity))
+    if "mtm" in components:
+        projections.append(MtmProjection(embedder, llm, log_, params))
+    if "persona" in components:
+        projections.append(PersonaProjection(embedder, llm, log_, params))
+    return projections
+
+
+# --- end issue 3 -----------------------------------------------------------------------------
+
+
+def build_projections(
+    settings: Settings,
+    components: Sequence[Component],
+    retrieval: Retrieval | None = None,
+    decisions: DecisionLog | None = None,  # issue 3: where tier workers record decisions
+) -> list[Projection]:
+    """Return the projections the chosen components run.
+
+    Without ``retrieval`` and ``decisions`` the projections can only replay: the indexer
+    (which needs the search index) is left out, the others fold what the log recorded.
+    """
     projections: list[Projection] = []
     if "stm" in components:
         projections.append(StmProjection(settings.stm_capacity))
     if "memories" in components:
         projections.append(MemoriesProjection(settings.daily_ttl_days))
+    if retrieval is not None and "indexer" in components:
+        projections.append(IndexerProjection(retrieval.index, retrieval.embedder))
+    if "graph" in components:
+        extractor = retrieval.llm if retrieval is not None else NoDecisions()
+        projections.append(GraphProjection(extractor))
+    projections += build_memoryos_projections(settings, components, retrieval, decisions)
     return projections
 
 
@@ -77,11 +258,18 @@ async def _raw_bodies(message: StreamMessage[Any]) -> Any:
     return message.body
 
 
-def subscribe_recall(broker: NatsBroker, sessions: async_sessionmaker[AsyncSession]) -> None:
+def subscribe_recall(
+    broker: NatsBroker,
+    sessions: async_sessionmaker[AsyncSession],
+    retriever: HybridRetriever | None = None,
+    publisher: EventPublisher | None = None,
+    tiers: TierRecall | None = None,  # issue 3
+) -> None:
     """Attach the recall request-reply handler (a queue group, so replicas share the load)."""
+    record_visit = publisher.publish if publisher is not None else None
 
     async def recall(body: Any) -> bytes:
-        return await handle_recall(sessions, body)
+        return await handle_recall(sessions, body, retriever, record_visit, tiers)
 
     broker.subscriber(subjects.RECALL_SUBJECT, queue=subjects.RECALL_QUEUE, decoder=_raw_bodies)(
         recall
@@ -89,9 +277,18 @@ def subscribe_recall(broker: NatsBroker, sessions: async_sessionmaker[AsyncSessi
 
 
 async def start_stack(
-    settings: Settings, components: Sequence[Component] = ALL_COMPONENTS
+    settings: Settings,
+    components: Sequence[Component] = ALL_COMPONENTS,
+    *,
+    embedder: Embedder | None = None,
+    index: SearchIndex | None = None,
+    llm: MemoryLlm | None = None,
 ) -> Stack:
-    """Start memoryd: the embedded nats-server unless a URL is set, SQL, and the components."""
+    """Start memoryd: the embedded nats-server unless a URL is set, SQL, and the components.
+
+    ``embedder`` (the model; the SQL cache is wrapped around it), ``index`` (opened) and
+    ``llm`` replace the ones settings would build, for tests and benchmarks.
+    """
     exit_stack = AsyncExitStack()
     try:
         nats_url = settings.nats_url
@@ -113,8 +310,15 @@ async def start_stack(
         await create_schema(engine)
         sessions = session_factory(engine)
         publisher = EventPublisher(js, settings.stream_name)
+        retrieval = (
+            await open_retrieval(settings, engine, exit_stack, model=embedder, index=index, llm=llm)
+            if _needs_retrieval(components)
+            else None
+        )
         runners = {}
-        for projection in build_projections(settings, components):
+        workers = []
+        decisions = JetStreamDecisionLog(js, settings.stream_name)  # issue 3
+        for projection in build_projections(settings, components, retrieval, decisions):
             runner = ProjectionRunner(
                 projection,
                 sessions,
@@ -128,9 +332,29 @@ async def start_stack(
             await worker.start()
             exit_stack.push_async_callback(worker.stop)
             runners[projection.consumer] = runner
+            workers.append(worker)
+        if "indexer" in components:  # issue 4: daily memories expire as events
+            sweep = asyncio.create_task(
+                retention.sweep_forever(
+                    sessions, publisher.publish_many, settings.retention_sweep_seconds
+                )
+            )
+            exit_stack.push_async_callback(retention.stop, sweep)
         broker = NatsBroker(server_list(nats_url), logger=None)
         if "recall" in components:
-            subscribe_recall(broker, sessions)
+            retriever = (
+                HybridRetriever(
+                    retrieval.index, retrieval.embedder, sessions, Tuning.from_settings(settings)
+                )
+                if retrieval is not None
+                else None
+            )
+            tiers = (  # issue 3
+                TierRecall(retrieval.embedder, memoryos_params(settings))
+                if retrieval is not None
+                else None
+            )
+            subscribe_recall(broker, sessions, retriever, publisher, tiers)
         await broker.start()
         exit_stack.push_async_callback(broker.stop)
     except BaseException:
@@ -138,5 +362,16 @@ async def start_stack(
         raise
     log.info("memoryd_started", nats_url=nats_url, components=list(components))
     return Stack(
-        settings, nats_url, nc, js, engine, sessions, publisher, broker, runners, exit_stack
+        settings,
+        nats_url,
+        nc,
+        js,
+        engine,
+        sessions,
+        publisher,
+        broker,
+        runners,
+        workers,
+        exit_stack,
+        retrieval,
     )

@@ -15,7 +15,6 @@ import structlog
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
 from memoryd.shared.adapters.embedded_nats import _port_open
 from memoryd.shared.adapters.nats_log import connect
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts.schema_export import write_schemas
 from memoryd.shared.logging import configure_logging
@@ -73,29 +72,24 @@ async def cmd_demo(settings: Settings) -> None:
 
 
 async def cmd_replay(settings: Settings) -> None:
-    """Drop and rebuild the SQL read models from the log."""
+    """Drop and rebuild every read model (SQL tables and the search index) from the log."""
     from memoryd.services.runtime.replay import replay
 
-    url = await _running_url(settings)
-    stack: Stack | None = None
-    if url is None:  # the embedded default: start only the server, no workers
-        stack = await start_stack(settings, components=())
-        url = stack.nats_url
-    nc = await connect(url, name="memoryd-replay")
-    engine = create_engine(settings.resolved_database_url())
+    if not settings.nats_url and _port_open(
+        settings.embedded_nats_host, settings.embedded_nats_port
+    ):
+        sys.exit("memoryd is running: stop it first (replay rebuilds what its workers write)")
+    stack = await start_stack(settings, components=())  # connections only, no workers
     try:
         report = await replay(
-            nc.jetstream(),
+            stack.js,
             settings.stream_name,
-            engine,
-            session_factory(engine),
-            build_projections(settings, ALL_COMPONENTS),
+            stack.engine,
+            stack.sessions,
+            build_projections(settings, ALL_COMPONENTS, await stack.retrieval_resources()),
         )
     finally:
-        await engine.dispose()
-        await nc.drain()
-        if stack is not None:
-            await stack.stop()
+        await stack.stop()
     print(
         f"replayed {report.events} events in {report.seconds:.2f}s "
         f"({report.events_per_second:,.0f} events/s)"
@@ -144,6 +138,16 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--recalls", type=int, default=2_000)
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
+    # --- issue 4: memoryd bench retrieval ---
+    retrieval = bench_sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
+    retrieval.add_argument("--data", type=Path, default=Path("../shared/bench"))
+    retrieval.add_argument("--out", type=Path, default=Path("bench/results"))
+    retrieval.add_argument("--cache", type=Path, default=Path("bench/cache/embeddings.db"))
+    retrieval.add_argument("--dataset", choices=["longmemeval", "locomo", "all"], default="all")
+    retrieval.add_argument("--subset", type=int, default=None, help="first N questions/convs")
+    retrieval.add_argument("--rrf-k", type=int, default=60)
+    retrieval.add_argument("--max-per-session", type=int, default=3)
+    # --- end issue 4 ---
     return parser
 
 
@@ -174,6 +178,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         asyncio.run(
             run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out)
         )
+    elif args.command == "bench" and args.bench == "retrieval":  # issue 4
+        from memoryd.services.bench.retrieval import BenchOptions, run_retrieval_bench
+
+        chosen = ("longmemeval", "locomo") if args.dataset == "all" else (args.dataset,)
+        options = BenchOptions(
+            data_dir=args.data,
+            out=args.out,
+            cache=args.cache,
+            datasets=chosen,
+            subset=args.subset,
+            rrf_k=args.rrf_k,
+            max_per_session=args.max_per_session,
+        )
+        asyncio.run(run_retrieval_bench(settings, options))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,55 @@ class Settings(BaseSettings):
     ack_wait_seconds: float = Field(default=30.0, gt=0)
     daily_ttl_days: int = Field(default=30, ge=1)
 
+    # --- issue 4: hybrid retrieval (index, embeddings, graph, recall scoring, retention) ---
+    # A Qdrant server (production); unset means Qdrant Edge in-process under data_dir/index.
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    qdrant_collection: str = "memoryd"
+    # Edge builds its HNSW only when optimised: after this many upserted points.
+    index_optimize_every: int = Field(default=20_000, ge=1)
+    embedding_kind: Literal["local", "openai"] = "local"
+    embedding_model: str | None = None
+    embedding_base_url: str | None = None
+    embedding_api_key: str | None = None
+    # Weighted reciprocal rank fusion: sum of weight / (rrf_k + rank) over the streams.
+    rrf_k: int = Field(default=60, ge=1)
+    weight_bm25: float = Field(default=1.0, ge=0)
+    weight_dense: float = Field(default=1.0, ge=0)
+    weight_graph: float = Field(default=1.0, ge=0)
+    # Temporal decay exp(-rate * hours since the item happened); evergreen items are exempt.
+    # 0.0005/h halves a score in about 58 days.
+    decay_per_hour: float = Field(default=0.0005, ge=0)
+    # Composite score: relevance (fused, normalised) + importance + recency.
+    score_relevance: float = Field(default=1.0, ge=0)
+    score_importance: float = Field(default=0.2, ge=0)
+    score_recency: float = Field(default=0.1, ge=0)
+    # How many candidates each stream returns before fusion.
+    stream_candidates: int = Field(default=50, ge=1, le=1_000)
+    # How often the retention sweep looks for expired daily memories.
+    retention_sweep_seconds: float = Field(default=3_600.0, gt=0)
+    # --- end issue 4 ---
+
+    # --- issue 3: MemoryOS tiers (the LLM steps; embeddings use the embedding_* fields) ---
+    # An OpenAI-compatible chat endpoint; unset means the deterministic offline extractor.
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str | None = None
+    llm_timeout_seconds: float = Field(default=30.0, gt=0)
+    llm_attempts: int = Field(default=3, ge=1, le=20)
+    # Width of an OpenAI-compatible embedding model's vectors (MiniLM reports its own).
+    embedding_dimension: int = Field(default=384, ge=1)
+    # The MemoryOS parameters; the defaults are the paper's.
+    mtm_theta: float = 0.6
+    mtm_max_segments: int = Field(default=200, ge=1)
+    mtm_heat_mu_seconds: float = Field(default=1e7, gt=0)
+    mtm_promotion_tau: float = 5.0
+    recall_top_segments: int = Field(default=5, ge=1)
+    recall_top_k: int = Field(default=10, ge=1)
+    lpm_knowledge_capacity: int = Field(default=100, ge=1)
+    lpm_agent_traits_capacity: int = Field(default=100, ge=1)
+    # --- end issue 3 ---
+
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"
 

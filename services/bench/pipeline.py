@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd.services.bootstrap import build_projections, start_stack
+from memoryd.services.bootstrap import Component, build_projections, start_stack
 from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
@@ -137,6 +137,7 @@ async def run_pipeline_bench(
             results = await _measure(settings, events, recalls, concurrency, rng)
         finally:
             await server.astop()
+    results.update(await measure_memoryos(base))  # issue 3
     _write(results, out)
     return results
 
@@ -157,7 +158,10 @@ async def _measure(
     await client.wait_until_applied(timeout=600, consumers=[subjects.STM_CONSUMER])
     stm_s = time.perf_counter() - started
     rest = await start_stack(settings, components=["memories", "recall"])
-    await client.wait_until_applied(timeout=600)
+    # Only the workers started here: waiting for all would wait for workers never started.
+    await client.wait_until_applied(
+        timeout=600, consumers=[subjects.STM_CONSUMER, subjects.MEMORIES_CONSUMER]
+    )
     latencies = await _recall_latencies(client, users, recalls, concurrency, rng)
     await stm.stop()
     await rest.stop()
@@ -199,3 +203,78 @@ def _write(results: dict[str, Any], out: Path) -> None:
     )
     for key, value in results.items():
         print(f"{key:>28}: {value}")
+
+
+# --- issue 3: turns/s through the MemoryOS tiers next to the embedder's own throughput -------
+MEMORYOS_COMPONENTS: tuple[Component, ...] = ("stm", "chain", "mtm", "persona")
+LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "locomo_dev.json"
+
+
+def chat_turns(count: int, rng: random.Random) -> list[tuple[str, str]]:
+    """Return ``count`` (query, response) pairs: LoCoMo dialogue when present, else words."""
+    from memoryd.shared.adapters.embeddings.throughput import locomo_turns
+
+    try:
+        texts = locomo_turns(LOCOMO, 2 * count)
+    except (OSError, ValueError):
+        texts = [_sentence(rng, 12) for _ in range(2 * count)]
+    return list(zip(texts[::2], texts[1::2], strict=True))
+
+
+async def measure_memoryos(
+    base: Settings, turns: int = 400, users: int = 20, seed: int = 11
+) -> dict[str, Any]:
+    """Time turns through STM, meta chain, MTM and persona (offline extractor, MiniLM).
+
+    The turns are appended first; the clock runs from starting the workers to every tier
+    worker settled. The embedder's own throughput is timed on the page texts MTM embeds.
+    """
+    from memoryd.services.mtm.projection import page_text
+    from memoryd.shared.adapters.embeddings import SentenceTransformerEmbedder
+    from memoryd.shared.adapters.embeddings.throughput import measure_throughput
+
+    pairs = chat_turns(turns, random.Random(seed))
+    scopes = [Scope(tenant="bench", user_id=f"tiers-{i}") for i in range(users)]
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    events = [
+        TurnRecorded(
+            occurred_at=start + timedelta(minutes=i),
+            scope=scopes[i % users],
+            query=query,
+            response=response,
+        )
+        for i, (query, response) in enumerate(pairs)
+    ]
+    model = SentenceTransformerEmbedder()
+    texts = [page_text(query, response) for query, response in pairs]
+    embedder_rate = await measure_throughput(model, texts)  # also loads the model untimed
+    with tempfile.TemporaryDirectory(prefix="memoryd-bench-tiers-") as folder:
+        server = EmbeddedNats(Path(folder) / "nats")
+        await server.astart()
+        settings = base.model_copy(
+            update={"data_dir": Path(folder), "nats_url": server.url, "database_url": None}
+        )
+        try:
+            admin = await start_stack(settings, components=())
+            client = await MemoryClient.connect(admin.nats_url, settings.stream_name)
+            await _append(client, events)
+            started = time.perf_counter()
+            workers = await start_stack(settings, MEMORYOS_COMPONENTS, embedder=model)
+            await client.wait_until_applied(timeout=1_800, consumers=list(workers.runners))
+            seconds = time.perf_counter() - started
+            await workers.stop()
+            await client.close()
+            await admin.stop()
+        finally:
+            await server.astop()
+    rate = turns / seconds
+    return {
+        "memoryos_turns": turns,
+        "memoryos_users": users,
+        "memoryos_pipeline_turns_per_s": round(rate, 1),
+        "memoryos_embedder_texts_per_s": round(embedder_rate, 1),
+        "memoryos_pipeline_vs_embedder": round(rate / embedder_rate, 3),
+    }
+
+
+# --- end issue 3 -----------------------------------------------------------------------------

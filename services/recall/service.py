@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,9 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall import queries
+from memoryd.services.recall.hybrid import HybridRetriever, assemble
+from memoryd.services.recall.tiers import TierRecall  # issue 3
+from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
@@ -18,6 +22,7 @@ from memoryd.shared.contracts.recall import (
     RecallRequest,
     RecallResponse,
 )
+from memoryd.shared.contracts.retrieval import MemoriesRecalled
 from memoryd.shared.domain.memories import keyword_score
 from memoryd.shared.domain.text import estimate_tokens
 
@@ -70,9 +75,14 @@ def render_context(
 
 
 async def recall(
-    sessions: async_sessionmaker[AsyncSession], request: RecallRequest, now: datetime
+    sessions: async_sessionmaker[AsyncSession],
+    request: RecallRequest,
+    now: datetime,
+    retriever: HybridRetriever | None = None,
 ) -> RecallResponse:
-    """Build the memory context for one request."""
+    """Build the memory context for one request (with hybrid items when a retriever is set)."""
+    if retriever is not None:
+        return await _hybrid_recall(sessions, request, now, retriever)
     async with sessions() as session:
         pages = (
             await queries.conversation_pages(session, request.scope, request.search_scope)
@@ -85,8 +95,57 @@ async def recall(
     return RecallResponse(pages=pages, memories=ranked, context=context, tokens=tokens)
 
 
-async def handle_recall(sessions: async_sessionmaker[AsyncSession], body: bytes) -> bytes:
-    """Decode a request, answer it, and encode the reply (an error reply for bad input)."""
+# --- issue 4: hybrid retrieval ---------------------------------------------------------------
+RecordVisit = Callable[[Event], Awaitable[object]]
+
+
+async def _hybrid_recall(
+    sessions: async_sessionmaker[AsyncSession],
+    request: RecallRequest,
+    now: datetime,
+    retriever: HybridRetriever,
+) -> RecallResponse:
+    async def conversation() -> tuple[list[PageItem], list[dict[str, Any]]]:
+        async with sessions() as session:
+            pages = (
+                await queries.conversation_pages(session, request.scope, request.search_scope)
+                if request.include_pages
+                else []
+            )
+            rows = await queries.candidate_memories(
+                session, request.scope, request.search_scope, now
+            )
+        return pages, rows
+
+    (pages, rows), items = await asyncio.gather(conversation(), retriever.retrieve(request, now))
+    ranked = rank_memories(request.query, rows, request.limit)
+    context, pages, ranked, items, tokens = assemble(pages, ranked, items, request.max_tokens)
+    return RecallResponse(pages=pages, memories=ranked, context=context, tokens=tokens, items=items)
+
+
+def visit_of(request: RecallRequest, response: RecallResponse, now: datetime) -> Event | None:
+    """Return the event recording which indexed items a recall returned (None: none)."""
+    ids = tuple(item.item_id for item in response.items)
+    if not ids:
+        return None
+    return MemoriesRecalled(occurred_at=now, scope=request.scope, item_ids=ids)
+
+
+# --- end issue 4 -----------------------------------------------------------------------------
+
+
+async def handle_recall(
+    sessions: async_sessionmaker[AsyncSession],
+    body: bytes,
+    retriever: HybridRetriever | None = None,
+    record_visit: RecordVisit | None = None,
+    tiers: TierRecall | None = None,  # issue 3: the MemoryOS context
+) -> bytes:
+    """Decode a request, answer it, and encode the reply (an error reply for bad input).
+
+    With ``record_visit``, the items returned are recorded as a ``memories.recalled`` event
+    (the service's one write), so access counts are a fold of the log too.
+    """
     try:
         request = RecallRequest.model_validate_json(body)
     except ValidationError as error:
@@ -95,7 +154,17 @@ async def handle_recall(sessions: async_sessionmaker[AsyncSession], body: bytes)
         )
     else:
         try:
-            reply = await recall(sessions, request, datetime.now(UTC))
+            now = datetime.now(UTC)
+            reply = await recall(sessions, request, now, retriever)
+            visit = visit_of(request, reply, now) if record_visit is not None else None
+            if visit is not None and record_visit is not None:
+                await record_visit(visit)
+            # --- issue 3: add the MemoryOS tiers; record the segments used (their heat) ---
+            if tiers is not None:
+                reply, segments_visit = await tiers.enrich(sessions, request, reply, now)
+                if segments_visit is not None and record_visit is not None:
+                    await record_visit(segments_visit)
+            # --- end issue 3 ---
         except Exception:
             log.exception("recall_failed", tenant=request.scope.tenant)
             reply = RecallError(code="internal", message="recall failed; see the service log")

@@ -83,6 +83,8 @@ class PullWorker:
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Finish the batch in hand, then stop (unacked messages are redelivered later)."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         if self._task is None:
             return

@@ -10,6 +10,7 @@ Run it while the workers are stopped.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import nats.errors
 import structlog
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.runtime.projection import (
@@ -33,6 +35,9 @@ from memoryd.shared.adapters.sql.schema import (
     drop_read_models,
     read_model_checksums,
 )
+from memoryd.shared.adapters.sql.tables import PROJECTION_TABLES, metadata
+from memoryd.shared.adapters.sql.tables import tracking as tracking_table
+from memoryd.shared.contracts.catalog import event_type_name
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +47,7 @@ class ReplayReport:
     """What a replay did and how fast."""
 
     events: int
+    events_by_type: Counter[str]
     seconds: float
     targets: dict[str, int]
     checksums: dict[str, str]
@@ -100,6 +106,38 @@ def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:
     return events
 
 
+# --- issue 4: a partial replay leaves the tables of projections it does not replay alone ---
+async def _drop_replayed(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], consumers: Sequence[str]
+) -> None:
+    """Drop the read models the replayed projections rebuild, keeping every other one.
+
+    Tables owned by a projection that is not replayed (``PROJECTION_TABLES``) keep their rows,
+    and so does that projection's tracking row: its state stays consistent with its position.
+    """
+    kept = [
+        table
+        for consumer, tables in PROJECTION_TABLES.items()
+        if consumer not in consumers
+        for table in tables
+    ]
+    if not kept:
+        await drop_read_models(engine)
+        return
+    dropped = [table for table in metadata.sorted_tables if table not in kept]
+    dropped = [table for table in dropped if table is not tracking_table]
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda sync: metadata.drop_all(sync, tables=dropped))
+    async with sessions() as session, session.begin():
+        owners = [consumer for consumer in PROJECTION_TABLES if consumer not in consumers]
+        await session.execute(
+            delete(tracking_table).where(tracking_table.c.consumer.not_in(owners))
+        )
+
+
+# --- end issue 4 ---
+
+
 async def replay(
     js: JetStreamContext,
     stream: str,
@@ -112,7 +150,7 @@ async def replay(
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
     events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
-    await drop_read_models(engine)
+    await _drop_replayed(engine, sessions, [p.consumer for p in projections])
     await create_schema(engine)
     for projection in projections:
         mine = [item for item in events if item.sequence <= targets[projection.consumer]]
@@ -123,4 +161,5 @@ async def replay(
     seconds = time.perf_counter() - started
     checksums = await read_model_checksums(engine)
     log.info("replayed", events=len(events), seconds=round(seconds, 3), targets=targets)
-    return ReplayReport(len(events), seconds, targets, checksums)
+    by_type = Counter(event_type_name(item.event) for item in events)
+    return ReplayReport(len(events), by_type, seconds, targets, checksums)

@@ -149,14 +149,20 @@ class MemoryClient:
         limit: int = 10,
         max_tokens: int = 2_000,
         timeout: float = 5.0,
+        **options: Any,
     ) -> RecallResponse:
-        """Ask the recall service for the memory context of ``query``."""
+        """Ask the recall service for the memory context of ``query``.
+
+        ``options`` are the request's hybrid-retrieval fields: ``filters``, ``weights``,
+        ``rrf_k``, ``max_per_session``, ``min_score``, ``explain``, ``include_pages``.
+        """
         request = RecallRequest(
             scope=scope,
             query=query,
             search_scope=search_scope,
             limit=limit,
             max_tokens=max_tokens,
+            **options,
         )
         return await self.recall_raw(request.model_dump_json().encode(), timeout)
 

@@ -19,8 +19,50 @@ from memoryd.shared.contracts.events import (
     TurnRecorded,
 )
 
+# --- issue 3: MemoryOS tiers ---
+from memoryd.shared.contracts.memoryos import (
+    MEMORYOS_EVENTS,
+    LlmStepFailed,
+    PageChained,
+    PageFiled,
+    PersonaExtracted,
+    SegmentEvicted,
+    SegmentPromoted,
+    SegmentSummarised,
+    SegmentsVisited,
+)
+
+MemoryOsEvent = (
+    PageChained
+    | PageFiled
+    | SegmentSummarised
+    | SegmentPromoted
+    | SegmentEvicted
+    | SegmentsVisited
+    | PersonaExtracted
+    | LlmStepFailed
+)
+# --- end issue 3 ---
+
+# --- issue 4: hybrid retrieval ---
+from memoryd.shared.contracts.retrieval import (  # noqa: E402 (kept in its own block)
+    GraphExtracted,
+    MemoriesRecalled,
+    MemoryExpired,
+)
+
+RetrievalEvent = MemoriesRecalled | MemoryExpired | GraphExtracted
+RETRIEVAL_EVENTS: tuple[type[Event], ...] = (MemoriesRecalled, MemoryExpired, GraphExtracted)
+# --- end issue 4 ---
+
 AnyEvent = Annotated[
-    TurnRecorded | MemoryRemembered | MemoryForgotten | SessionEnded | PageEvicted,
+    TurnRecorded
+    | MemoryRemembered
+    | MemoryForgotten
+    | SessionEnded
+    | PageEvicted
+    | MemoryOsEvent  # issue 3
+    | RetrievalEvent,  # issue 4
     Field(discriminator="type"),
 ]
 
@@ -30,6 +72,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryForgotten,
     SessionEnded,
     PageEvicted,
+    *MEMORYOS_EVENTS,  # issue 3
+    *RETRIEVAL_EVENTS,  # issue 4
 )
 
 event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)

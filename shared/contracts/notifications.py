@@ -13,6 +13,11 @@ NotificationKind = Literal[
     "memory.stored",
     "memory.forgotten",
     "session.cleared",
+    # issue 3: MemoryOS tiers
+    "page.filed",
+    "segment.promoted",
+    "segment.evicted",
+    "facts.learned",
 ]
 
 

@@ -6,10 +6,171 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 from memoryd.shared.contracts.events import MAX_TEXT_CHARS, Category, MemoryType
 from memoryd.shared.contracts.scope import Scope, SearchScope
+
+# --- issue 4: hybrid retrieval contracts ---------------------------------------------------
+ItemKind = Literal["turn", "page", "segment", "fact", "memory"]
+
+
+class RecallFilters(BaseModel):
+    """Narrow hybrid retrieval; None means "any". Time window: ``after <= t < before``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kinds: tuple[ItemKind, ...] | None = Field(default=None, min_length=1)
+    categories: tuple[Category, ...] | None = Field(default=None, min_length=1)
+    memory_types: tuple[MemoryType, ...] | None = Field(default=None, min_length=1)
+    occurred_after: AwareDatetime | None = None
+    occurred_before: AwareDatetime | None = None
+
+
+class StreamWeights(BaseModel):
+    """The weight of each stream in reciprocal rank fusion; 0 turns a stream off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bm25: float = Field(default=1.0, ge=0.0)
+    dense: float = Field(default=1.0, ge=0.0)
+    graph: float = Field(default=1.0, ge=0.0)
+
+
+class StreamScore(BaseModel):
+    """One stream's view of an item: its rank (1 = best) and raw score there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rank: int
+    score: float
+
+
+class Explanation(BaseModel):
+    """How an item's final score was made (explain mode)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    streams: dict[str, StreamScore]
+    fused: float
+    relevance: float
+    decay: float
+    importance: float
+    recency: float
+    composite: float
+
+
+class RetrievedItem(BaseModel):
+    """An item hybrid retrieval found, with its provenance."""
+
+    model_config = ConfigDict(frozen=True)
+
+    item_id: uuid.UUID
+    kind: ItemKind
+    text: str
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    turn_id: str | None
+    memory_id: str | None
+    category: str | None
+    importance: float
+    evergreen: bool
+    occurred_at: datetime
+    score: float
+    explanation: Explanation | None = None
+
+
+# --- end issue 4 -------------------------------------------------------------------------
+
+
+# --- issue 3: the MemoryOS context (STM chain, MTM segments and pages, LPM persona) -------
+class Provenance(BaseModel):
+    """Where an item came from: the turns and sessions that stated it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn_ids: tuple[uuid.UUID, ...] = ()
+    session_ids: tuple[str, ...] = ()
+
+
+class SegmentItem(BaseModel):
+    """A mid-term topic segment ranked by Fscore against the query."""
+
+    model_config = ConfigDict(frozen=True)
+
+    segment_id: str
+    summary: str
+    keywords: tuple[str, ...]
+    page_count: int
+    heat: float
+    score: float
+    provenance: Provenance = Provenance()
+
+
+class SegmentPageItem(BaseModel):
+    """A page of a retrieved segment, ranked by similarity to the query."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn_id: uuid.UUID
+    segment_id: str
+    session_id: str | None
+    agent_id: str
+    query: str
+    response: str
+    occurred_at: datetime
+    score: float
+
+
+class FactItem(BaseModel):
+    """A user knowledge fact or an agent trait, ranked by similarity to the query."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    score: float
+    learned_at: datetime
+    provenance: Provenance
+
+
+class ProfileItem(BaseModel):
+    """A current profile attribute of the user."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attribute: str
+    value: str
+    since: datetime
+    provenance: Provenance
+
+
+class TraitItem(BaseModel):
+    """A user trait dimension with evidence."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trait_id: str
+    evidence: str
+    count: int
+    provenance: Provenance = Provenance()
+
+
+class MemoryOsContext(BaseModel):
+    """The MemoryOS tiers for a query: segments, their pages, persona, and the prompt block."""
+
+    model_config = ConfigDict(frozen=True)
+
+    segments: list[SegmentItem] = []
+    segment_pages: list[SegmentPageItem] = []
+    knowledge: list[FactItem] = []
+    agent_traits: list[FactItem] = []
+    profile: list[ProfileItem] = []
+    traits: list[TraitItem] = []
+    context: str = ""
+
+
+# --- end issue 3 -------------------------------------------------------------------------
 
 
 class RecallRequest(BaseModel):
@@ -23,6 +184,14 @@ class RecallRequest(BaseModel):
     limit: int = Field(default=10, ge=1, le=100)
     max_tokens: int = Field(default=2_000, ge=1, le=200_000)
     include_pages: bool = True
+    # --- issue 4: hybrid retrieval options (all optional; defaults come from the service) ---
+    filters: RecallFilters | None = None
+    weights: StreamWeights | None = None
+    rrf_k: int | None = Field(default=None, ge=1, le=1_000)
+    max_per_session: int = Field(default=3, ge=1, le=100)
+    min_score: float = Field(default=0.0, ge=0.0)
+    explain: bool = False
+    # --- end issue 4 ---
 
 
 class PageItem(BaseModel):
@@ -36,6 +205,7 @@ class PageItem(BaseModel):
     query: str
     response: str
     occurred_at: datetime
+    meta_chain: str = ""  # issue 3: the summary of the chain this page belongs to
 
 
 class MemoryItem(BaseModel):
@@ -68,6 +238,8 @@ class RecallResponse(BaseModel):
     memories: list[MemoryItem]
     context: str
     tokens: int
+    items: list[RetrievedItem] = []  # issue 4: hybrid retrieval results, best first
+    memoryos: MemoryOsContext = MemoryOsContext()  # issue 3: the MemoryOS tiers
 
 
 class RecallError(BaseModel):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from nats.js import api
 
-from memoryd.services.bootstrap import Stack, build_projections
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections
 from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
 from memoryd.shared.adapters.dead_letters import read_dead_letters
@@ -253,14 +253,17 @@ async def test_replay_rebuilds_identical_read_models(stack: Stack, client: Memor
     await client.wait_until_applied()
     before = await read_model_checksums(stack.engine)
 
+    await stack.stop_workers()
     report = await replay(
         stack.js,
         stack.settings.stream_name,
         stack.engine,
         stack.sessions,
-        build_projections(stack.settings, ("stm", "memories")),
+        build_projections(stack.settings, ALL_COMPONENTS, await stack.retrieval_resources()),
     )
 
     assert before == report.checksums
     assert before == await read_model_checksums(stack.engine)
-    assert 3 * (12 + 5) + 3 * 5 == report.events  # inputs plus the 5 evictions per user
+    folded = report.events_by_type
+    assert 3 * 12 == folded["turn.recorded.v1"]
+    assert 3 * 5 == folded["page.evicted.v1"]  # 12 turns into a FIFO of 7, per user

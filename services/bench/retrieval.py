@@ -1,0 +1,330 @@
+"""``memoryd bench retrieval``: LongMemEval-S and LoCoMo recall through the running pipeline.
+
+Each dataset is ingested through the public client exactly as a live app would: one
+``turn.recorded`` event per dialogue turn, in order, dated by its session, in one user scope
+per LongMemEval question and per LoCoMo conversation. The bench waits until the indexer and
+graph workers have applied everything, then asks the recall service (request-reply) once per
+question and system: BM25 alone, dense alone, and the fused three streams. Embeddings are
+cached in a SQL file under ``bench/cache`` so a second run does not run the model again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import platform
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+import structlog
+
+from memoryd.services.bench.datasets import (
+    BenchDataset,
+    Conversation,
+    Subset,
+    Turn,
+    load_locomo,
+    load_longmemeval,
+    turn_sessions,
+)
+from memoryd.services.bench.metrics import Evaluation, evaluate
+from memoryd.services.bench.report import BenchReport, render_markdown, write_report
+from memoryd.services.bootstrap import Component, start_stack
+from memoryd.shared import subjects
+from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.shared.adapters.embeddings import CachedEmbedder, SqlEmbeddingStore
+from memoryd.shared.adapters.sql.engine import create_engine
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts.events import TurnRecorded
+from memoryd.shared.contracts.recall import RecallRequest, StreamWeights
+from memoryd.shared.contracts.scope import Scope, SearchScope
+from memoryd.shared.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+DATASETS = ("longmemeval", "locomo")
+SYSTEMS: Mapping[str, StreamWeights] = {
+    "bm25": StreamWeights(bm25=1.0, dense=0.0, graph=0.0),
+    "dense": StreamWeights(bm25=0.0, dense=1.0, graph=0.0),
+    "bm25+dense": StreamWeights(bm25=1.0, dense=1.0, graph=0.0),
+    "fused": StreamWeights(bm25=1.0, dense=1.0, graph=1.0),
+}
+TARGETS: Mapping[str, Mapping[str, float]] = {
+    "longmemeval": {
+        "session.recall_all@5": 0.95,
+        "session.recall_any@5": 0.99,
+        "session.ndcg_any@10": 0.95,
+    },
+    "locomo": {"session.recall_all@5": 0.90, "turn.recall_all@10": 0.75},
+}
+# The workers a benchmark needs: the retrieval path only (the MemoryOS tiers are measured
+# by their own benchmark), so ingest time is the indexer's and the graph's.
+COMPONENTS: tuple[Component, ...] = ("indexer", "graph", "recall")
+CONSUMERS = (subjects.INDEXER_CONSUMER, subjects.GRAPH_CONSUMER)
+RECALL_LIMIT = 50
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to run and where to read and write."""
+
+    data_dir: Path = Path("../shared/bench")
+    out: Path = Path("bench/results")
+    cache: Path = Path("bench/cache/embeddings.db")
+    datasets: tuple[str, ...] = DATASETS
+    subset: int | None = None
+    rrf_k: int = 60
+    max_per_session: int = 3
+    concurrency: int = 4
+
+
+@dataclass
+class Ingested:
+    """A dataset as the pipeline holds it: event ids back to dataset turn ids, and scopes."""
+
+    turn_of_event: dict[str, str] = field(default_factory=dict)
+    scopes: dict[str, Scope] = field(default_factory=dict)
+    events: int = 0
+
+
+def token(text: str) -> str:
+    """Return a scope token for a dataset id (hashed when it is not already safe)."""
+    if len(text) <= 64 and not _UNSAFE.search(text):
+        return text
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def turn_event(
+    scope: Scope, turn: Turn, session_date: Any, position: int, speaker: bool
+) -> TurnRecorded:
+    """Record one dialogue turn: the user's words as the query, the other side's as response."""
+    text = f"{turn.speaker}: {turn.text}" if speaker else turn.text
+    user_side = turn.role == "user"
+    return TurnRecorded(
+        occurred_at=session_date + timedelta(seconds=position),
+        scope=scope,
+        query=text if user_side else "",
+        response="" if user_side else text,
+    )
+
+
+def conversation_events(
+    tenant: str, conversation: Conversation, speaker: bool
+) -> tuple[Scope, list[TurnRecorded], dict[str, str]]:
+    """Return a conversation's scope, its turn events in order, and event id -> turn id."""
+    user = token(conversation.id)
+    events: list[TurnRecorded] = []
+    mapping: dict[str, str] = {}
+    for session in conversation.sessions:
+        scope = Scope(tenant=tenant, user_id=user, session_id=token(session.id))
+        for position, turn in enumerate(session.turns):
+            if not turn.text.strip():
+                continue
+            event = turn_event(scope, turn, session.date, position, speaker)
+            events.append(event)
+            mapping[str(event.event_id)] = turn.id
+    return Scope(tenant=tenant, user_id=user), events, mapping
+
+
+def load(name: str, options: BenchOptions) -> BenchDataset:
+    """Load one dataset (a subset: its first N questions or conversations)."""
+    subset: Subset = options.subset
+    if name == "longmemeval":
+        return load_longmemeval(options.data_dir / "longmemeval_s_dev.json.gz", subset)
+    return load_locomo(options.data_dir / "locomo_dev.json", subset)
+
+
+async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Ingested:
+    """Publish every conversation's turns; LoCoMo turns carry their speaker's name."""
+    ingested = Ingested()
+    for conversation in dataset.conversations:
+        scope, events, mapping = conversation_events(name, conversation, name == "locomo")
+        for start in range(0, len(events), 2_000):
+            await client.publish_many(events[start : start + 2_000])
+        ingested.turn_of_event |= mapping
+        ingested.scopes[conversation.id] = scope
+        ingested.events += len(events)
+    return ingested
+
+
+async def rank(
+    client: MemoryClient,
+    scope: Scope,
+    query: str,
+    weights: StreamWeights,
+    options: BenchOptions,
+    turn_of_event: Mapping[str, str],
+) -> tuple[list[str], float]:
+    """Recall through request-reply; return the ranked dataset turn ids and the latency."""
+    request = RecallRequest(
+        scope=scope,
+        query=query,
+        search_scope=SearchScope.USER,
+        limit=RECALL_LIMIT,
+        max_tokens=200_000,
+        include_pages=False,
+        weights=weights,
+        rrf_k=options.rrf_k,
+        max_per_session=options.max_per_session,
+    )
+    started = time.perf_counter()
+    response = await client.recall_raw(request.model_dump_json().encode(), timeout=60.0)
+    seconds = time.perf_counter() - started
+    ranked = [turn_of_event[item.turn_id] for item in response.items if item.turn_id]
+    return [turn for turn in ranked if turn], seconds
+
+
+async def run_system(
+    client: MemoryClient,
+    dataset: BenchDataset,
+    ingested: Ingested,
+    weights: StreamWeights,
+    options: BenchOptions,
+) -> tuple[Evaluation, list[float]]:
+    """Ask every question with one system's weights; return its evaluation and latencies."""
+    gate = asyncio.Semaphore(options.concurrency)
+    rankings: dict[str, list[str]] = {}
+    latencies: list[float] = []
+
+    async def ask(question_id: str, conversation_id: str, text: str) -> None:
+        async with gate:
+            ranked, seconds = await rank(
+                client,
+                ingested.scopes[conversation_id],
+                text,
+                weights,
+                options,
+                ingested.turn_of_event,
+            )
+        rankings[question_id] = ranked
+        latencies.append(seconds)
+
+    await asyncio.gather(*(ask(q.id, q.conversation_id, q.text) for q in dataset.questions))
+    session_maps = {c.id: turn_sessions(c) for c in dataset.conversations}
+    return evaluate(dataset.questions, rankings, session_maps), latencies
+
+
+async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
+    """Wait until the indexer and graph have applied everything, riding out slow replies.
+
+    While the workers fold a large batch (in this same process) a consumer-info request can
+    miss its own few-second deadline; that is no reason to abandon an hour-long wait.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.wait_until_applied(timeout=timeout, consumers=CONSUMERS)
+            return
+        except nats.errors.TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+def _ms(values: Sequence[float], q: int) -> float:
+    if len(values) < 2:
+        return round(values[0] * 1000, 1) if values else 0.0
+    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000, 1)
+
+
+async def bench_dataset(
+    client: MemoryClient, stack_ready: Any, name: str, options: BenchOptions
+) -> BenchReport:
+    """Ingest one dataset, wait until it is indexed, and score every system on it."""
+    dataset = load(name, options)
+    started = time.perf_counter()
+    ingested = await ingest(client, name, dataset)
+    await settled(client)
+    await stack_ready()
+    ingest_s = time.perf_counter() - started
+    systems: dict[str, Evaluation] = {}
+    notes = {
+        "events": str(ingested.events),
+        "ingest_seconds": f"{ingest_s:.1f}",
+        "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
+        "rrf_k": str(options.rrf_k),
+        "max_per_session": str(options.max_per_session),
+        "machine": f"{platform.machine()} {platform.python_version()}",
+    }
+    for system, weights in SYSTEMS.items():
+        evaluation, latencies = await run_system(client, dataset, ingested, weights, options)
+        systems[system] = evaluation
+        notes[f"{system}_query_ms_p50"] = str(_ms(latencies, 50))
+        notes[f"{system}_query_ms_p99"] = str(_ms(latencies, 99))
+        log.info("bench_system_done", dataset=name, system=system)
+    return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
+
+
+def bench_settings(base: Settings, data_dir: Path, nats_url: str) -> Settings:
+    """Return settings for a bench stack: pure relevance (no decay, recency or importance).
+
+    The datasets are years old and every turn has the same importance, so decay and recency
+    would only reorder by date, which the questions do not ask for.
+    """
+    return base.model_copy(
+        update={
+            "data_dir": data_dir,
+            "nats_url": nats_url,
+            "database_url": None,
+            "decay_per_hour": 0.0,
+            "score_importance": 0.0,
+            "score_recency": 0.0,
+            "stream_candidates": 100,
+            "batch_size": 512,
+        }
+    )
+
+
+async def run_retrieval_bench(base: Settings, options: BenchOptions) -> list[BenchReport]:
+    """Run the benchmark on each dataset in a fresh embedded stack; write the reports."""
+    cache_engine = create_engine(f"sqlite+aiosqlite:///{options.cache.resolve()}")
+    options.cache.parent.mkdir(parents=True, exist_ok=True)
+    store = SqlEmbeddingStore(cache_engine)
+    await store.create_schema()
+    reports = []
+    try:
+        for name in options.datasets:
+            reports.append(await _one(base, options, store, name))
+    finally:
+        await cache_engine.dispose()
+    return reports
+
+
+async def _one(
+    base: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str
+) -> BenchReport:
+    from memoryd.services.bootstrap import build_model
+
+    with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as folder:
+        data_dir = Path(folder)
+        server = EmbeddedNats(data_dir / "nats")
+        await server.astart()
+        settings = bench_settings(base, data_dir, server.url)
+        model = CachedEmbedder(build_model(settings), store, batch_size=512)
+        stack = await start_stack(settings, COMPONENTS, embedder=model)
+        client = await MemoryClient.connect(stack.nats_url, settings.stream_name)
+
+        async def optimised() -> None:
+            # Bulk load done: build the HNSW and merge segments, as the issue asks.
+            if stack.retrieval is not None:
+                await stack.retrieval.index.optimize()
+
+        try:
+            report = await bench_dataset(client, optimised, name, options)
+        finally:
+            await client.close()
+            await stack.stop()
+            await server.astop()
+    stem = f"retrieval_{name}" + (f"_subset{options.subset}" if options.subset else "")
+    write_report(report, options.out / f"{stem}.json", options.out / f"{stem}.md")
+    print(render_markdown(report))
+    return report

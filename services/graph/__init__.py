@@ -1,0 +1,1 @@
+"""The graph worker: entities and bi-temporal relations extracted from turns and memories."""

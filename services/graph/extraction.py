@@ -1,0 +1,101 @@
+"""Decide a graph extraction for one source event and record it as an event (pure + one call).
+
+The extractor (offline rules, or an LLM when configured) is the decision; ``GraphExtracted``
+records it, so replay folds the recorded entities and never calls the extractor.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from memoryd.services.indexer.items import point_id
+from memoryd.shared.adapters.llm import MemoryLlm
+from memoryd.shared.adapters.llm.port import GraphExtraction
+from memoryd.shared.contracts.events import MemoryRemembered, TurnRecorded, derived_id
+from memoryd.shared.contracts.retrieval import (
+    MAX_GRAPH_ITEMS,
+    MAX_NAME_CHARS,
+    GraphEntity,
+    GraphExtracted,
+    GraphRelation,
+)
+
+GraphSource = TurnRecorded | MemoryRemembered
+# Relations a subject holds with one target at a time: a newer target contradicts the older.
+SINGLE_VALUED = frozenset(
+    {
+        "lives_in",
+        "works_at",
+        "works_as",
+        "studies_at",
+        "is_named",
+        "has_name",
+        "married_to",
+        "has_partner",
+        "has_husband",
+        "has_wife",
+        "has_boyfriend",
+        "has_girlfriend",
+        "has_age",
+        "drives",
+    }
+)
+
+
+def name_key(name: str) -> str:
+    """Return the key two spellings of one entity share (case and spacing folded)."""
+    return " ".join(name.casefold().split())
+
+
+def item_of(event: GraphSource) -> tuple[str, uuid.UUID]:
+    """Return the kind and index point id of the item an event creates."""
+    if isinstance(event, TurnRecorded):
+        return "turn", point_id(event.event_id, "turn", event.scope)
+    return "memory", point_id(event.memory_id, "memory", event.scope)
+
+
+def merge(first: GraphExtraction, second: GraphExtraction) -> GraphExtraction:
+    """Return ``first`` with ``second``'s entities added (its relations are not the user's)."""
+    entities = {name_key(e.name): e for e in (*second.entities, *first.entities)}
+    return GraphExtraction(entities=tuple(entities.values()), relations=first.relations)
+
+
+async def extract(llm: MemoryLlm, event: GraphSource) -> GraphExtraction:
+    """Ask the extractor: relations from what the user said, entities from every side."""
+    if isinstance(event, MemoryRemembered):
+        return await llm.extract_graph(event.content)
+    said = await llm.extract_graph(event.query) if event.query.strip() else GraphExtraction()
+    if not event.response.strip():
+        return said
+    return merge(said, await llm.extract_graph(event.response))
+
+
+def _fits(*names: str) -> bool:
+    # An extractor can return junk (a base64 blob read as a name): such names are not
+    # entities, and keeping them would fail the event's validation and park the turn.
+    return all(0 < len(name.strip()) <= MAX_NAME_CHARS for name in names)
+
+
+def recorded(event: GraphSource, found: GraphExtraction) -> GraphExtracted:
+    """Record an extraction as the derived event replay folds (id deterministic).
+
+    Names that are empty or too long are dropped, and at most ``MAX_GRAPH_ITEMS`` entities
+    and relations are kept.
+    """
+    _, item_id = item_of(event)
+    entities = [e for e in found.entities if _fits(e.name, e.type)][:MAX_GRAPH_ITEMS]
+    relations = [r for r in found.relations if _fits(r.source, r.relation, r.target)][
+        :MAX_GRAPH_ITEMS
+    ]
+    return GraphExtracted(
+        event_id=derived_id(event.event_id, "graph.extracted"),
+        occurred_at=event.occurred_at,
+        scope=event.scope,
+        cause_event_id=event.event_id,
+        item_id=item_id,
+        valid_at=event.occurred_at,
+        entities=tuple(GraphEntity(name=e.name, entity_type=e.type) for e in entities),
+        relations=tuple(
+            GraphRelation(source=r.source, relation=r.relation, target=r.target) for r in relations
+        ),
+    )

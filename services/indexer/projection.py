@@ -1,0 +1,133 @@
+"""The indexer projection: embed retrievable items and keep the search index in step.
+
+Qdrant is not transactional with SQL. Every index write is idempotent (deterministic point
+ids: an upsert replaces, a delete of a missing point is a no-op), so the runner's order
+(apply to the index, then commit the tracking row) is safe: a redelivered batch writes the
+same points again. Embeddings go through a ``CachedEmbedder`` over the SQL embedding cache,
+so replay (``live=False``) rebuilds the index from the cache without running the model: the
+vectors are the ones the live pass stored, so replay cannot diverge.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.services.indexer.items import Delete, DeleteWhere, Operation, Upsert, plan
+from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.shared import subjects
+from memoryd.shared.adapters.embeddings import Embedder
+from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
+from memoryd.shared.adapters.sql.tables import item_access, memory_expirations
+from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.retrieval import MemoriesRecalled, MemoryExpired
+
+log = structlog.get_logger(__name__)
+
+
+def runs(operations: Sequence[Operation]) -> list[list[Operation]]:
+    """Group consecutive upserts, so each run is one index call; deletes stay single."""
+    grouped: list[list[Operation]] = []
+    for op in operations:
+        if isinstance(op, Upsert) and grouped and isinstance(grouped[-1][0], Upsert):
+            grouped[-1].append(op)
+        else:
+            grouped.append([op])
+    return grouped
+
+
+async def _record_expiries(session: AsyncSession, batch: Sequence[Positioned]) -> None:
+    rows = [
+        {
+            "memory_id": item.event.memory_id,
+            "source_event_id": item.event.source_event_id,
+            "tenant": item.event.scope.tenant,
+            "expired_at": item.event.occurred_at,
+        }
+        for item in batch
+        if isinstance(item.event, MemoryExpired)
+    ]
+    await upsert(session, memory_expirations, rows, ["memory_id", "source_event_id"])
+
+
+def access_counts(batch: Sequence[Positioned]) -> dict[uuid.UUID, tuple[str, int, datetime]]:
+    """Sum the recall visits of a batch per item: (tenant, visits, last visit)."""
+    counts: dict[uuid.UUID, tuple[str, int, datetime]] = {}
+    for item in batch:
+        event = item.event
+        if not isinstance(event, MemoriesRecalled):
+            continue
+        for item_id in event.item_ids:
+            _, seen, _ = counts.get(item_id, (event.scope.tenant, 0, event.occurred_at))
+            counts[item_id] = (event.scope.tenant, seen + 1, event.occurred_at)
+    return counts
+
+
+class IndexerProjection:
+    """Upsert turns and explicit memories into the index; delete what is forgotten."""
+
+    consumer = subjects.INDEXER_CONSUMER
+
+    def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
+        self._index = index
+        self._embedder = embedder
+
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Apply the batch's index operations in log order, then its access counts."""
+        operations = plan([item.event for item in batch])
+        upserts = [op for op in operations if isinstance(op, Upsert)]
+        # One embedding call per batch: the model is far faster on hundreds of texts at once.
+        vectors = await self._embedder.embed([op.text for op in upserts]) if upserts else None
+        dense: dict[uuid.UUID, DenseVector] = {}
+        if vectors is not None:
+            dense = dict(zip((op.id for op in upserts), vectors, strict=True))
+        for run in runs(operations):
+            await self._write(run, dense)
+        await self._count_access(session, access_counts(batch))
+        await _record_expiries(session, batch)
+        if upserts:
+            log.debug("indexed", points=len(upserts), live=live)
+        return Effects()
+
+    async def _write(self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector]) -> None:
+        head = run[0]
+        if isinstance(head, Upsert):
+            points = [
+                IndexPoint(id=op.id, dense=dense[op.id], text=op.text, payload=op.payload)
+                for op in run
+                if isinstance(op, Upsert)
+            ]
+            await self._index.upsert(points)
+        elif isinstance(head, Delete):
+            await self._index.delete(head.ids)
+        elif isinstance(head, DeleteWhere):
+            await self._index.delete_where(head.filter)
+
+    async def _count_access(
+        self, session: AsyncSession, counts: dict[uuid.UUID, tuple[str, int, datetime]]
+    ) -> None:
+        if not counts:
+            return
+        found = await session.execute(
+            select(item_access.c.item_id, item_access.c.access_count).where(
+                item_access.c.item_id.in_(list(counts))
+            )
+        )
+        before = {row.item_id: row.access_count for row in found}
+        rows = [
+            {
+                "item_id": item_id,
+                "tenant": tenant,
+                "access_count": before.get(item_id, 0) + visits,
+                "last_accessed_at": last,
+            }
+            for item_id, (tenant, visits, last) in counts.items()
+        ]
+        await upsert(session, item_access, rows, ["item_id"])

@@ -1,0 +1,164 @@
+"""Record a worker's decision in the log before applying it, and ask the LLM safely.
+
+A decision (an LLM answer, an embedding) is published as a derived event with a
+deterministic id before the worker applies it. When a trigger is redelivered (the process
+died after publishing but before its commit) the worker may decide differently; the
+stream then keeps the first copy and answers the publish as a duplicate, and the worker
+applies that stored copy instead of its new answer, so live state always equals the fold
+of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
+
+import structlog
+from nats.js import JetStreamContext
+
+from memoryd.shared import subjects
+from memoryd.shared.adapters.embeddings import Vectors
+from memoryd.shared.adapters.llm import (
+    Continuity,
+    GraphExtraction,
+    LlmFailure,
+    PageText,
+    PersonaExtraction,
+    SegmentSummary,
+)
+from memoryd.shared.adapters.nats_log import MSG_ID
+from memoryd.shared.contracts.catalog import decode_event, encode_event, event_type_name
+from memoryd.shared.contracts.events import Event, derived_id
+from memoryd.shared.contracts.memoryos import LlmStepFailed
+
+log = structlog.get_logger(__name__)
+
+E = TypeVar("E", bound=Event)
+A = TypeVar("A")
+
+
+class DecisionLog(Protocol):
+    """Where decisions are recorded: returns the copy the log holds."""
+
+    async def record(self, event: E) -> E:
+        """Append ``event`` (deduplicated by id) and return the stored copy."""
+        ...
+
+
+class JetStreamDecisionLog:
+    """Record decisions in the JetStream event stream."""
+
+    def __init__(self, js: JetStreamContext, stream: str) -> None:
+        self._js = js
+        self._stream = stream
+
+    async def record(self, event: E) -> E:
+        """Publish ``event``; on a duplicate, read back and return the copy stored first."""
+        ack = await self._js.publish(
+            subjects.event_subject(event.scope, event_type_name(event)),
+            encode_event(event),
+            stream=self._stream,
+            headers={MSG_ID: str(event.event_id)},
+        )
+        if not ack.duplicate:
+            return event
+        stored = decode_event((await self._js.get_msg(self._stream, ack.seq)).data or b"")
+        if not isinstance(stored, type(event)) or stored.event_id != event.event_id:
+            raise RuntimeError(f"duplicate ack for {event.event_id} points at another event")
+        if stored != event:
+            log.info("decision_kept_from_log", event_id=str(event.event_id), stream_seq=ack.seq)
+        return stored
+
+
+class MemoryDecisionLog:
+    """Keep decisions in memory (pure-logic tests): the first copy of an id wins."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, Event] = {}
+
+    async def record(self, event: E) -> E:
+        """Store ``event`` unless its id is held; return the held copy."""
+        held = self.events.setdefault(str(event.event_id), event)
+        if not isinstance(held, type(event)):
+            raise TypeError(f"event id {event.event_id} already holds a {type(held).__name__}")
+        return held
+
+
+async def ask(
+    step: str,
+    cause: Event,
+    primary: Callable[[], Awaitable[A]],
+    fallback: Callable[[], Awaitable[A]],
+    decisions: DecisionLog,
+) -> A:
+    """Return ``primary()``'s answer; on LlmFailure record the failure and use ``fallback()``."""
+    try:
+        return await primary()
+    except LlmFailure as failure:
+        log.warning(
+            "llm_step_failed", step=step, event_id=str(cause.event_id), reason=failure.reason
+        )
+        await decisions.record(
+            LlmStepFailed(
+                event_id=derived_id(cause.event_id, f"llm.failed:{step}"),
+                occurred_at=cause.occurred_at,
+                scope=cause.scope,
+                cause_event_id=cause.event_id,
+                step=step,
+                reason=failure.reason[:2_000],
+                attempts=failure.attempts,
+                fallback="offline-v1",
+            )
+        )
+        return await fallback()
+
+
+class NoDecisions:
+    """Stand in for the ports and the decision log where no decision may be made (replay).
+
+    Replay folds recorded decisions only: any call here is a bug, so it raises.
+    """
+
+    name = "replay"
+    model_name = "replay"
+    dimension = 0
+
+    def _refuse(self, what: str) -> RuntimeError:
+        return RuntimeError(f"replay makes no decisions, yet {what} was asked for")
+
+    async def record(self, event: E) -> E:
+        """Refuse to record a decision."""
+        raise self._refuse(f"a {type(event).__name__}")
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Refuse to embed."""
+        raise self._refuse("an embedding")
+
+    async def check_continuity(self, previous: PageText | None, page: PageText) -> Continuity:
+        """Refuse to ask the LLM."""
+        raise self._refuse("a continuity verdict")
+
+    async def summarise_chain(self, pages: Sequence[PageText]) -> str:
+        """Refuse to ask the LLM."""
+        raise self._refuse("a chain summary")
+
+    async def page_keywords(self, page: PageText) -> list[str]:
+        """Refuse to ask the LLM."""
+        raise self._refuse("page keywords")
+
+    async def summarise_segment(
+        self, previous_summary: str, pages: Sequence[PageText]
+    ) -> SegmentSummary:
+        """Refuse to ask the LLM."""
+        raise self._refuse("a segment summary")
+
+    async def extract_persona(self, pages: Sequence[PageText]) -> PersonaExtraction:
+        """Refuse to ask the LLM."""
+        raise self._refuse("a persona extraction")
+
+    async def extract_graph(self, text: str) -> GraphExtraction:
+        """Refuse to ask the LLM."""
+        raise self._refuse("a graph extraction")
+
+    async def aclose(self) -> None:
+        """Hold nothing."""

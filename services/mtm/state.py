@@ -1,0 +1,227 @@
+"""The MTM read model of one batch: segments and pages per user, folded from derived events.
+
+The fold functions are the only way MTM state changes, live or in replay, so the two agree.
+A visit (from recall) can land in the log before or after the filing it is concurrent with;
+visits therefore only add to N_visit and move the last visit forward, which commutes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import TypeAdapter
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.shared.adapters.sql.tables import mtm_pages, mtm_segments
+from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.memoryos import (
+    PageFiled,
+    PromotedPage,
+    SegmentEvicted,
+    SegmentPromoted,
+    SegmentSummarised,
+    SegmentsVisited,
+)
+from memoryd.shared.domain.memoryos import MemoryOsParams, Vector, VectorField, as_utc
+from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_summary
+
+_vectors: TypeAdapter[Vector] = TypeAdapter(VectorField)
+
+UserKey = tuple[str, str]  # (tenant, user_id)
+
+
+def decode_vector(text: str) -> Vector:
+    """Return the unit vector a derived event carries as base64 float32."""
+    return _vectors.validate_python(text)
+
+
+def encode_vector(vector: Vector) -> str:
+    """Return the base64 float32 wire form of ``vector``."""
+    return str(_vectors.dump_python(vector, mode="json"))
+
+
+@dataclass
+class UserSegments:
+    """One user's segments as loaded, and what this batch changed."""
+
+    segments: dict[str, Segment]
+    changed: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+
+
+@dataclass
+class MtmBatch:
+    """The MTM state a batch works on: loaded lazily per user, written back once."""
+
+    session: AsyncSession
+    params: MemoryOsParams
+    users: dict[UserKey, UserSegments] = field(default_factory=dict)
+    new_pages: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+
+    async def user(self, key: UserKey) -> UserSegments:
+        """Return the user's segments, loading them on first use."""
+        if key not in self.users:
+            rows = await self.session.execute(
+                select(mtm_segments.c.state).where(
+                    mtm_segments.c.tenant == key[0], mtm_segments.c.user_id == key[1]
+                )
+            )
+            loaded = [Segment.from_json(state) for (state,) in rows]
+            self.users[key] = UserSegments({segment.id: segment for segment in loaded})
+        return self.users[key]
+
+    async def page_filed(self, turn_id: uuid.UUID) -> bool:
+        """Return whether the page is already in a segment (a redelivered decision)."""
+        if turn_id in self.new_pages:
+            return True
+        found = await self.session.execute(
+            select(mtm_pages.c.turn_id).where(mtm_pages.c.turn_id == turn_id)
+        )
+        return found.first() is not None
+
+    async def round_pages(self, segment: Segment, limit: int = 20) -> tuple[PromotedPage, ...]:
+        """Return the segment's pages filed since its last promotion, oldest first."""
+        rows = await self.session.execute(
+            select(mtm_pages)
+            .where(
+                mtm_pages.c.segment_id == segment.id,
+                mtm_pages.c.promotion_round == segment.promoted_count,
+            )
+            .order_by(mtm_pages.c.occurred_at, mtm_pages.c.turn_id)
+        )
+        stored = [dict(row._mapping) for row in rows]
+        pending = [
+            row
+            for row in self.new_pages.values()
+            if row["segment_id"] == segment.id and row["promotion_round"] == segment.promoted_count
+        ]
+        pages = [*stored, *pending][-limit:]
+        return tuple(
+            PromotedPage(
+                turn_id=row["turn_id"],
+                session_id=row["session_id"],
+                query=row["query"],
+                response=row["response"],
+            )
+            for row in pages
+        )
+
+    async def write(self) -> None:
+        """Write the changed segments and new pages; delete evicted segments and their pages."""
+        removed = [sid for user in self.users.values() for sid in user.removed]
+        rows = [
+            {"segment_id": sid, "tenant": key[0], "user_id": key[1], "state": seg.to_json()}
+            for key, user in self.users.items()
+            for sid, seg in user.segments.items()
+            if sid in user.changed
+        ]
+        pages = [row for row in self.new_pages.values() if row["segment_id"] not in removed]
+        if removed:
+            await self.session.execute(delete(mtm_pages).where(mtm_pages.c.segment_id.in_(removed)))
+            await self.session.execute(
+                delete(mtm_segments).where(mtm_segments.c.segment_id.in_(removed))
+            )
+        await upsert(self.session, mtm_segments, rows, ["segment_id"])
+        if pages:
+            await self.session.execute(mtm_pages.insert(), pages)
+
+
+def user_of(event: PageFiled | SegmentSummarised | SegmentPromoted | SegmentEvicted) -> UserKey:
+    """Return the (tenant, user) whose segments an event changes."""
+    return (event.scope.tenant, event.scope.user_id)
+
+
+def _later(segment: Segment, moment: datetime) -> datetime:
+    return max(segment.last_visit_at, as_utc(moment))
+
+
+async def fold_filed(batch: MtmBatch, event: PageFiled) -> Segment | None:
+    """Add the page to its segment (opening it if new); return the segment, None if known."""
+    if await batch.page_filed(event.turn_id):
+        return None
+    user = await batch.user(user_of(event))
+    vector = decode_vector(event.vector)
+    held = user.segments.get(event.segment_id)
+    if held is None:
+        segment = open_segment(
+            event.segment_id, vector, event.keywords, event.occurred_at, batch.params
+        )
+    else:
+        segment = file_page(held, vector, event.keywords, event.occurred_at, batch.params)
+        segment = segment.model_copy(update={"last_visit_at": _later(held, event.occurred_at)})
+    user.segments[segment.id] = segment
+    user.changed.add(segment.id)
+    batch.new_pages[event.turn_id] = {
+        "turn_id": event.turn_id,
+        "segment_id": segment.id,
+        "tenant": event.scope.tenant,
+        "user_id": event.scope.user_id,
+        "agent_id": event.scope.agent_id,
+        "session_id": event.scope.session_id,
+        "query": event.query,
+        "response": event.response,
+        "occurred_at": event.turn_occurred_at,
+        "keywords": list(event.keywords),
+        "fscore": event.fscore,
+        "vector": event.vector,
+        "promotion_round": segment.promoted_count,
+    }
+    return segment
+
+
+async def fold_summarised(batch: MtmBatch, event: SegmentSummarised) -> None:
+    """Replace the segment's summary and keywords."""
+    user = await batch.user(user_of(event))
+    segment = user.segments.get(event.segment_id)
+    if segment is not None:
+        user.segments[segment.id] = rewrite_summary(
+            segment, event.summary, event.keywords, batch.params
+        )
+        user.changed.add(segment.id)
+
+
+async def fold_promoted(batch: MtmBatch, event: SegmentPromoted) -> None:
+    """Reset L_interaction and spend the visits counted at the decision."""
+    user = await batch.user(user_of(event))
+    segment = user.segments.get(event.segment_id)
+    if segment is not None:
+        user.segments[segment.id] = segment.model_copy(
+            update={
+                "l_interaction": 0,
+                "promoted_count": segment.promoted_count + 1,
+                "visits_at_promotion": event.visits_at_promotion,
+            }
+        )
+        user.changed.add(segment.id)
+
+
+async def fold_evicted(batch: MtmBatch, event: SegmentEvicted) -> None:
+    """Drop the segment (its pages go when the batch is written)."""
+    user = await batch.user(user_of(event))
+    if user.segments.pop(event.segment_id, None) is not None:
+        user.changed.discard(event.segment_id)
+        user.removed.add(event.segment_id)
+
+
+async def fold_visited(batch: MtmBatch, event: SegmentsVisited) -> list[Segment]:
+    """Count a visit to each segment still held; return the visited segments."""
+    user = await batch.user((event.scope.tenant, event.scope.user_id))
+    visited = []
+    for segment_id in dict.fromkeys(event.segment_ids):
+        segment = user.segments.get(segment_id)
+        if segment is None:
+            continue  # evicted since recall saw it
+        updated = segment.model_copy(
+            update={
+                "n_visit": segment.n_visit + 1,
+                "last_visit_at": _later(segment, event.occurred_at),
+            }
+        )
+        user.segments[segment_id] = updated
+        user.changed.add(segment_id)
+        visited.append(updated)
+    return visited

@@ -1,0 +1,1 @@
+"""The persona (LPM) worker: turns promoted segments into profile, knowledge and traits."""

@@ -1,0 +1,213 @@
+"""The persona projection (LPM): profile, knowledge base, traits and agent traits per user.
+
+Live, on a segment promotion it asks the LLM what the promoted pages say about the user,
+embeds the facts, records the answer as a persona-extracted event and folds it; replay
+folds those events only. Folding is idempotent: a restated value, a known fact text and
+evidence already counted change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.services.mtm.decisions import DecisionLog, ask
+from memoryd.services.mtm.projection import note
+from memoryd.services.mtm.state import decode_vector, encode_vector
+from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.shared import subjects
+from memoryd.shared.adapters.embeddings import Embedder
+from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
+from memoryd.shared.adapters.llm import PersonaExtraction as Extraction
+from memoryd.shared.adapters.sql.tables import lpm_extractions, lpm_personas
+from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.events import derived_id
+from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
+from memoryd.shared.domain import lpm
+from memoryd.shared.domain.memoryos import MemoryOsParams
+
+UserKey = tuple[str, str]
+
+
+@dataclass
+class Persona:
+    """Everything LPM holds about one user."""
+
+    profile: lpm.Profile = field(default_factory=lpm.Profile)
+    knowledge: lpm.KnowledgeBase = field(default_factory=lpm.KnowledgeBase)
+    traits: lpm.Traits = field(default_factory=lpm.Traits)
+    agent_traits: lpm.AgentTraits = field(default_factory=lpm.AgentTraits)
+
+    def row(self, key: UserKey) -> dict[str, str]:
+        """Return the SQL row of this persona."""
+        return {
+            "tenant": key[0],
+            "user_id": key[1],
+            "profile": self.profile.to_json(),
+            "knowledge": self.knowledge.to_json(),
+            "traits": self.traits.to_json(),
+            "agent_traits": self.agent_traits.to_json(),
+        }
+
+
+def persona_from_row(row: object) -> Persona:
+    """Load a persona from its SQL row."""
+    m = row._mapping  # type: ignore[attr-defined]
+    return Persona(
+        profile=lpm.Profile.from_json(m["profile"]),
+        knowledge=lpm.KnowledgeBase.from_json(m["knowledge"]),
+        traits=lpm.Traits.from_json(m["traits"]),
+        agent_traits=lpm.AgentTraits.from_json(m["agent_traits"]),
+    )
+
+
+async def load_persona(session: AsyncSession, key: UserKey) -> Persona:
+    """Return a user's persona, empty when nothing was learned yet."""
+    rows = await session.execute(
+        select(lpm_personas).where(
+            lpm_personas.c.tenant == key[0], lpm_personas.c.user_id == key[1]
+        )
+    )
+    row = rows.first()
+    return Persona() if row is None else persona_from_row(row)
+
+
+def _facts(learned: Sequence[LearnedFact], event: PersonaExtracted) -> list[lpm.Fact]:
+    return [
+        lpm.Fact(
+            text=fact.text,
+            vector=decode_vector(fact.vector),
+            at=event.occurred_at,
+            source=str(event.event_id),
+        )
+        for fact in learned
+    ]
+
+
+def fold_extraction(persona: Persona, event: PersonaExtracted, params: MemoryOsParams) -> Persona:
+    """Apply an extraction: a changed attribute keeps its old value in the profile history."""
+    source = str(event.event_id)
+    profile = persona.profile
+    stated = {**event.profile, **{f.attribute: f.value for f in event.facts if f.attribute}}
+    for attribute, value in sorted(stated.items()):
+        profile = lpm.apply_fact(profile, attribute, value, event.occurred_at, source)
+    knowledge, _ = lpm.add_facts(
+        persona.knowledge, _facts(event.facts, event), capacity=params.knowledge_capacity
+    )
+    agent, _ = lpm.add_facts(
+        persona.agent_traits,
+        _facts(event.agent_traits, event),
+        capacity=params.agent_traits_capacity,
+    )
+    traits = lpm.apply_trait_evidence(
+        persona.traits, event.traits, at=event.occurred_at, source=source
+    )
+    return Persona(profile, knowledge, traits, agent)
+
+
+def sessions_of(promoted: SegmentPromoted) -> tuple[str, ...]:
+    """Return the sessions the promoted pages came from, first seen first."""
+    return tuple(dict.fromkeys(p.session_id for p in promoted.pages if p.session_id))
+
+
+def extraction_row(event: PersonaExtracted) -> dict[str, object]:
+    """Return the provenance row of an extraction."""
+    return {
+        "event_id": event.event_id,
+        "tenant": event.scope.tenant,
+        "user_id": event.scope.user_id,
+        "segment_id": event.segment_id,
+        "turn_ids": [str(turn_id) for turn_id in event.turn_ids],
+        "session_ids": list(event.session_ids),
+    }
+
+
+class PersonaProjection:
+    """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
+
+    consumer = subjects.PERSONA_CONSUMER
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        llm: MemoryLlm,
+        decisions: DecisionLog,
+        params: MemoryOsParams,
+    ) -> None:
+        self._embedder = embedder
+        self._llm = llm
+        self._offline = OfflineExtractor()
+        self._decisions = decisions
+        self._params = params
+
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Extract on promotions (live) or fold the recorded extractions (replay)."""
+        personas: dict[UserKey, Persona] = {}
+        extractions: list[PersonaExtracted] = []
+        effects = Effects()
+        for item in batch:
+            event = item.event
+            if live and isinstance(event, SegmentPromoted):
+                extracted = await self._extract(event)
+            elif not live and isinstance(event, PersonaExtracted):
+                extracted = event
+            else:
+                continue
+            key = (extracted.scope.tenant, extracted.scope.user_id)
+            if key not in personas:
+                personas[key] = await load_persona(session, key)
+            personas[key] = fold_extraction(personas[key], extracted, self._params)
+            extractions.append(extracted)
+            if live and (extracted.facts or extracted.profile):
+                effects.notifications.append(note("facts.learned", extracted, extracted.turn_ids))
+        await upsert(
+            session, lpm_personas, [p.row(k) for k, p in personas.items()], ["tenant", "user_id"]
+        )
+        await upsert(
+            session, lpm_extractions, [extraction_row(e) for e in extractions], ["event_id"]
+        )
+        return effects
+
+    async def _extract(self, promoted: SegmentPromoted) -> PersonaExtracted:
+        pages = [PageText(query=p.query, response=p.response) for p in promoted.pages]
+        answer: Extraction = await ask(
+            "extract_persona",
+            promoted,
+            lambda: self._llm.extract_persona(pages),
+            lambda: self._offline.extract_persona(pages),
+            self._decisions,
+        )
+        texts = [fact.text for fact in answer.facts] + list(answer.agent_traits)
+        vectors = [encode_vector(row) for row in await self._embedder.embed(texts)] if texts else []
+        facts = tuple(
+            LearnedFact(attribute=f.attribute, value=f.value, text=f.text, vector=v)
+            for f, v in zip(answer.facts, vectors[: len(answer.facts)], strict=True)
+        )
+        agent = tuple(
+            LearnedFact(text=text, vector=v)
+            for text, v in zip(answer.agent_traits, vectors[len(facts) :], strict=True)
+        )
+        return await self._decisions.record(
+            PersonaExtracted(
+                event_id=derived_id(promoted.event_id, "persona.extracted"),
+                occurred_at=promoted.occurred_at,
+                scope=promoted.scope,
+                cause_event_id=promoted.event_id,
+                segment_id=promoted.segment_id,
+                profile=dict(answer.profile),
+                facts=facts,
+                traits=dict(answer.traits),
+                agent_traits=agent,
+                turn_ids=tuple(p.turn_id for p in promoted.pages),
+                session_ids=tuple(
+                    dict.fromkeys(p.session_id for p in promoted.pages if p.session_id)
+                ),
+                embedder=self._embedder.model_name,
+                decided_by=self._llm.name,
+            )
+        )

@@ -1,0 +1,395 @@
+"""Hybrid retrieval: BM25, dense and graph streams fused by weighted RRF, then scored.
+
+The order of work: the three streams run concurrently inside the caller's scope; weighted
+Reciprocal Rank Fusion (``sum w / (k + rank)``) merges them; the fused score, normalised to
+0..1, is multiplied by a temporal decay ``exp(-rate * hours)`` (evergreen items exempt) and
+combined with importance and recency into a composite; at most ``max_per_session`` items per
+session are kept, items under ``min_score`` dropped, and the rest assembled into the token
+budget by ``assemble``: conversation first, then facts (memories), then episodes (turns,
+pages, segments), then knowledge (facts learned), trimmed from the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memoryd.services.graph.search import GraphHit, graph_search, hub_names, without_names
+from memoryd.shared.adapters.embeddings import Embedder
+from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
+from memoryd.shared.contracts.recall import (
+    Explanation,
+    MemoryItem,
+    PageItem,
+    RecallRequest,
+    RetrievedItem,
+    StreamScore,
+    StreamWeights,
+)
+from memoryd.shared.contracts.scope import SearchScope
+from memoryd.shared.domain.text import estimate_tokens
+from memoryd.shared.settings import Settings
+
+STREAMS = ("bm25", "dense", "graph")
+_HOURS = 3600.0
+# Recency halves after 30 days: a gentle tie-breaker next to relevance, not a filter.
+_RECENCY_HALF_LIFE_HOURS = 30 * 24.0
+_EPISODE_KINDS = ("turn", "page", "segment")
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """The service-wide retrieval knobs (a request may override weights and k)."""
+
+    rrf_k: int = 60
+    weights: StreamWeights = field(default_factory=StreamWeights)
+    decay_per_hour: float = 0.0005
+    relevance_weight: float = 1.0
+    importance_weight: float = 0.2
+    recency_weight: float = 0.1
+    candidates: int = 50
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Tuning:
+        """Read the knobs from settings."""
+        return cls(
+            rrf_k=settings.rrf_k,
+            weights=StreamWeights(
+                bm25=settings.weight_bm25, dense=settings.weight_dense, graph=settings.weight_graph
+            ),
+            decay_per_hour=settings.decay_per_hour,
+            relevance_weight=settings.score_relevance,
+            importance_weight=settings.score_importance,
+            recency_weight=settings.score_recency,
+            candidates=settings.stream_candidates,
+        )
+
+
+@dataclass(slots=True)
+class Candidate:
+    """An item one or more streams returned, and its rank in each."""
+
+    item_id: uuid.UUID
+    fields: dict[str, Any]
+    streams: dict[str, StreamScore]
+
+
+def scope_filter(request: RecallRequest) -> ScopeFilter | None:
+    """Return the index scope of a request (None: a session search with no session)."""
+    scope, wide = request.scope, request.search_scope
+    if wide is SearchScope.SESSION and scope.session_id is None:
+        return None
+    filters = request.filters
+    return ScopeFilter(
+        tenant=scope.tenant,
+        namespace=scope.namespace,
+        user_id=None if wide is SearchScope.GLOBAL else scope.user_id,
+        agent_id=scope.agent_id if wide is SearchScope.AGENT else None,
+        session_id=scope.session_id if wide is SearchScope.SESSION else None,
+        kinds=filters.kinds if filters else None,
+        categories=tuple(c.value for c in filters.categories)
+        if filters and filters.categories
+        else None,
+        memory_types=tuple(t.value for t in filters.memory_types)
+        if filters and filters.memory_types
+        else None,
+        occurred_after=_epoch(filters.occurred_after) if filters else None,
+        occurred_before=_epoch(filters.occurred_before) if filters else None,
+    )
+
+
+def _epoch(when: datetime | None) -> float | None:
+    return when.timestamp() if when is not None else None
+
+
+def rrf(
+    rankings: Mapping[str, Sequence[uuid.UUID]], weights: Mapping[str, float], k: int
+) -> dict[uuid.UUID, float]:
+    """Fuse rankings: each item scores ``sum over streams of weight / (k + rank)``."""
+    fused: dict[uuid.UUID, float] = defaultdict(float)
+    for stream, ranked in rankings.items():
+        for rank, item_id in enumerate(ranked, start=1):
+            fused[item_id] += weights.get(stream, 0.0) / (k + rank)
+    return dict(fused)
+
+
+def decay(hours: float, rate: float, evergreen: bool) -> float:
+    """Return the temporal decay factor ``exp(-rate * hours)``; evergreen items keep 1."""
+    if evergreen:
+        return 1.0
+    return math.exp(-rate * max(0.0, hours))
+
+
+def recency(hours: float) -> float:
+    """Return 1 for now, 0.5 after 30 days, towards 0 for the distant past."""
+    return float(0.5 ** (max(0.0, hours) / _RECENCY_HALF_LIFE_HOURS))
+
+
+def composite(relevance: float, importance: float, fresh: float, tuning: Tuning) -> float:
+    """Blend relevance, importance and recency into one 0..1 score by the tuning's weights."""
+    total = tuning.relevance_weight + tuning.importance_weight + tuning.recency_weight
+    if total == 0:
+        return relevance
+    blended = (
+        tuning.relevance_weight * relevance
+        + tuning.importance_weight * importance
+        + tuning.recency_weight * fresh
+    )
+    return blended / total
+
+
+def cap_per_session(items: Sequence[RetrievedItem], limit: int) -> list[RetrievedItem]:
+    """Keep at most ``limit`` items of any one session, best first (no session: no cap)."""
+    seen: dict[str, int] = defaultdict(int)
+    kept = []
+    for item in items:
+        if item.session_id is not None:
+            seen[item.session_id] += 1
+            if seen[item.session_id] > limit:
+                continue
+        kept.append(item)
+    return kept
+
+
+def _hit_fields(hit: Hit) -> dict[str, Any]:
+    payload = hit.payload
+    return {
+        "kind": payload.kind,
+        "text": hit.text,
+        "user_id": payload.user_id,
+        "agent_id": payload.agent_id,
+        "session_id": payload.session_id,
+        "turn_id": payload.turn_id,
+        "memory_id": payload.extra.get("memory_id"),
+        "category": payload.category,
+        "importance": payload.importance,
+        "evergreen": payload.evergreen,
+        "occurred_at": datetime.fromtimestamp(payload.occurred_at, UTC),
+    }
+
+
+def _graph_fields(hit: GraphHit) -> dict[str, Any]:
+    row = hit.row
+    memory_id = row.get("memory_id")
+    return {
+        "kind": row["kind"],
+        "text": row["text"],
+        "user_id": row["user_id"],
+        "agent_id": row["agent_id"],
+        "session_id": row["session_id"],
+        "turn_id": None if memory_id else str(row["source_event_id"]),
+        "memory_id": str(memory_id) if memory_id else None,
+        "category": row["category"],
+        "importance": 0.5,
+        "evergreen": False,
+        "occurred_at": _aware(row["occurred_at"]),
+    }
+
+
+def _aware(when: Any) -> datetime:
+    # SQLite hands back naive datetimes for timezone-aware columns: they were stored as UTC.
+    value: datetime = when
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def collect(
+    streams: Mapping[str, Sequence[Hit | GraphHit]],
+) -> dict[uuid.UUID, Candidate]:
+    """Merge the streams' hits into candidates, remembering each stream's rank and score."""
+    found: dict[uuid.UUID, Candidate] = {}
+    for name, hits in streams.items():
+        for rank, hit in enumerate(hits, start=1):
+            item_id = hit.id if isinstance(hit, Hit) else hit.item_id
+            if item_id not in found:
+                fields = _hit_fields(hit) if isinstance(hit, Hit) else _graph_fields(hit)
+                found[item_id] = Candidate(item_id, fields, {})
+            found[item_id].streams[name] = StreamScore(rank=rank, score=round(hit.score, 6))
+    return found
+
+
+def _ranking(candidates: Mapping[uuid.UUID, Candidate], stream: str) -> list[uuid.UUID]:
+    """Return the ids one stream returned, in its order."""
+    mine = [c for c in candidates.values() if stream in c.streams]
+    mine.sort(key=lambda c: c.streams[stream].rank)
+    return [c.item_id for c in mine]
+
+
+def score(
+    candidates: Mapping[uuid.UUID, Candidate],
+    weights: StreamWeights,
+    k: int,
+    tuning: Tuning,
+    now: datetime,
+    explain: bool,
+) -> list[RetrievedItem]:
+    """Fuse, decay and blend each candidate's score; return the items best first."""
+    weight_of = {name: getattr(weights, name) for name in STREAMS}
+    rankings = {name: _ranking(candidates, name) for name in STREAMS}
+    fused = rrf(rankings, weight_of, k)
+    active = [name for name in STREAMS if rankings[name] and weight_of[name] > 0]
+    best = sum(weight_of[name] / (k + 1) for name in active) or 1.0
+    items = []
+    for candidate in candidates.values():
+        fields = candidate.fields
+        hours = (now - fields["occurred_at"]).total_seconds() / _HOURS
+        factor = decay(hours, tuning.decay_per_hour, fields["evergreen"])
+        relevance = fused.get(candidate.item_id, 0.0) / best * factor
+        fresh = recency(hours)
+        final = composite(relevance, fields["importance"], fresh, tuning)
+        explanation = (
+            Explanation(
+                streams=candidate.streams,
+                fused=round(fused.get(candidate.item_id, 0.0), 6),
+                relevance=round(relevance, 6),
+                decay=round(factor, 6),
+                importance=fields["importance"],
+                recency=round(fresh, 6),
+                composite=round(final, 6),
+            )
+            if explain
+            else None
+        )
+        items.append(
+            RetrievedItem(
+                item_id=candidate.item_id, score=round(final, 6), explanation=explanation, **fields
+            )
+        )
+    items.sort(key=lambda item: (-item.score, -item.occurred_at.timestamp(), str(item.item_id)))
+    return items
+
+
+class HybridRetriever:
+    """Run the three streams for a request and return its scored, capped items."""
+
+    def __init__(
+        self,
+        index: SearchIndex,
+        embedder: Embedder,
+        sessions: async_sessionmaker[AsyncSession],
+        tuning: Tuning = Tuning(),
+    ) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._sessions = sessions
+        self.tuning = tuning
+
+    async def retrieve(self, request: RecallRequest, now: datetime) -> list[RetrievedItem]:
+        """Return the request's items, best first, at most ``request.limit``."""
+        where = scope_filter(request)
+        if where is None or not request.query.strip():
+            return []
+        weights = request.weights or self.tuning.weights
+        k = request.rrf_k or self.tuning.rrf_k
+        streams = await self._streams(request.query, where, weights)
+        items = score(collect(streams), weights, k, self.tuning, now, request.explain)
+        items = [item for item in items if item.score >= request.min_score]
+        return cap_per_session(items, request.max_per_session)[: request.limit]
+
+    async def _streams(
+        self, query: str, where: ScopeFilter, weights: StreamWeights
+    ) -> dict[str, Sequence[Hit | GraphHit]]:
+        limit = self.tuning.candidates
+        jobs: dict[str, Any] = {}
+        if weights.bm25 > 0:
+            jobs["bm25"] = self._index.search_sparse(query, where, limit)
+        if weights.dense > 0:
+            jobs["dense"] = self._dense(query, where, limit)
+        if weights.graph > 0:
+            jobs["graph"] = self._graph(query, where, limit)
+        results = await asyncio.gather(*jobs.values())
+        return dict(zip(jobs, results, strict=True))
+
+    async def _dense(self, query: str, where: ScopeFilter, limit: int) -> list[Hit]:
+        # MiniLM lets a name dominate a sentence's embedding, so a name that is in most of the
+        # user's items (their own, a chat partner's) drags the turns that merely address that
+        # person to the top; the dense query leaves such hub names out (BM25's IDF already
+        # discounts them).
+        async with self._sessions() as session:
+            hubs = await hub_names(session, where)
+        focused = without_names(query, hubs) or query
+        vector = (await self._embedder.embed([focused]))[0]
+        return await self._index.search_dense(vector, where, limit)
+
+    async def _graph(self, query: str, where: ScopeFilter, limit: int) -> list[GraphHit]:
+        async with self._sessions() as session:
+            return await graph_search(session, query, where, limit)
+
+
+def _section(
+    title: str, lines: Sequence[str], used: int, budget: int
+) -> tuple[list[str], int, int]:
+    """Keep the lines that fit the budget in order, the title costing its share too.
+
+    Return the section's lines, the tokens used so far, and how many lines were kept.
+    """
+    kept: list[str] = []
+    header = estimate_tokens(title + "\n")
+    for line in lines:
+        cost = estimate_tokens(line + "\n") + (0 if kept else header)
+        if used + cost > budget:
+            break
+        kept.append(line)
+        used += cost
+    return ([title, *kept] if kept else []), used, len(kept)
+
+
+def assemble(
+    pages: Sequence[PageItem],
+    memories: Sequence[MemoryItem],
+    items: Sequence[RetrievedItem],
+    max_tokens: int,
+) -> tuple[str, list[PageItem], list[MemoryItem], list[RetrievedItem], int]:
+    """Assemble the context in budget: conversation, facts, episodes, knowledge.
+
+    The newest pages are kept when the budget is short; every other section keeps its best
+    items first and is trimmed from the tail. A memory already listed is not repeated.
+    Titles count, so the whole context never exceeds ``max_tokens`` (by ``estimate_tokens``).
+    """
+    title = "## Recent conversation"
+    used = estimate_tokens(title + "\n") if pages else 0
+    kept_pages: list[PageItem] = []
+    for page in reversed(pages):
+        cost = estimate_tokens(f"User: {page.query}\nAgent: {page.response}\n")
+        if used + cost > max_tokens:
+            break
+        kept_pages.insert(0, page)
+        used += cost
+    used = used if kept_pages else 0
+    listed = {str(m.memory_id) for m in memories}
+    extra_facts = [i for i in items if i.kind == "memory" and i.memory_id not in listed]
+    fact_lines = [f"- {m.content}" for m in memories] + [f"- {i.text}" for i in extra_facts]
+    facts, used, n_facts = _section("## Memories", fact_lines, used, max_tokens)
+    kept_memories = list(memories[:n_facts])
+    shown = {str(m.memory_id) for m in kept_memories}
+    # A memory item the keyword list already shows is in the context: keep it, at no cost.
+    kept_items = [i for i in items if i.kind == "memory" and i.memory_id in shown]
+    kept_items += extra_facts[: max(0, n_facts - len(memories))]
+    on_page = {str(page.turn_id) for page in kept_pages}
+    # A turn already shown as a recent page is in the context: keep it, at no cost.
+    kept_items += [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id in on_page]
+    episodes_in = [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id not in on_page]
+    episodes, used, n_episodes = _section(
+        "## Related conversation", [f"- {i.text}" for i in episodes_in], used, max_tokens
+    )
+    knowledge_in = [i for i in items if i.kind == "fact"]
+    knowledge, used, n_knowledge = _section(
+        "## Knowledge", [f"- {i.text}" for i in knowledge_in], used, max_tokens
+    )
+    kept_items += episodes_in[:n_episodes] + knowledge_in[:n_knowledge]
+    lines: list[str] = []
+    if kept_pages:
+        lines.append(title)
+        for page in kept_pages:
+            lines += [f"User: {page.query}", f"Agent: {page.response}"]
+    lines += facts + episodes + knowledge
+    order = {item.item_id: n for n, item in enumerate(items)}
+    kept_items.sort(key=lambda item: order[item.item_id])
+    return "\n".join(lines), kept_pages, kept_memories, kept_items, used

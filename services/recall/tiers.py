@@ -1,0 +1,320 @@
+"""The MemoryOS part of recall: STM chains, the top MTM segments and pages, the LPM persona.
+
+Read-only: the workers precomputed every vector, so recall embeds the query once (only when
+the user has segments or facts) and never calls the LLM. The segments it used are returned
+as a segments-visited event for the caller to record, so heat is a fold of the log.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memoryd.services.mtm.state import decode_vector
+from memoryd.services.persona.projection import Persona, load_persona
+from memoryd.shared.adapters.embeddings import Embedder
+from memoryd.shared.adapters.llm import OfflineExtractor, PageText
+from memoryd.shared.adapters.sql.tables import lpm_extractions, mtm_pages, mtm_segments, stm_chain
+from memoryd.shared.contracts.memoryos import SegmentsVisited
+from memoryd.shared.contracts.recall import (
+    FactItem,
+    MemoryOsContext,
+    PageItem,
+    ProfileItem,
+    Provenance,
+    RecallRequest,
+    RecallResponse,
+    SegmentItem,
+    SegmentPageItem,
+    TraitItem,
+)
+from memoryd.shared.domain import lpm
+from memoryd.shared.domain.memoryos import MemoryOsParams, Ranked, Vector, rank_by_similarity
+from memoryd.shared.domain.mtm import Segment, heat, rank_segments
+from memoryd.shared.domain.text import estimate_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """A filed page as similarity ranking sees it."""
+
+    row: Mapping[str, Any]
+    vector: Vector
+
+    @property
+    def key(self) -> str:
+        """Return the turn id, the key ties are broken by."""
+        return str(self.row["turn_id"])
+
+
+async def with_meta_chains(session: AsyncSession, pages: Sequence[PageItem]) -> list[PageItem]:
+    """Return the STM pages with the summary of the chain each belongs to."""
+    if not pages:
+        return []
+    rows = await session.execute(
+        select(stm_chain.c.turn_id, stm_chain.c.meta_chain).where(
+            stm_chain.c.turn_id.in_([page.turn_id for page in pages])
+        )
+    )
+    chains = {row.turn_id: row.meta_chain for row in rows}
+    return [page.model_copy(update={"meta_chain": chains.get(page.turn_id, "")}) for page in pages]
+
+
+async def load_segments(session: AsyncSession, tenant: str, user_id: str) -> list[Segment]:
+    """Return a user's MTM segments."""
+    rows = await session.execute(
+        select(mtm_segments.c.state).where(
+            mtm_segments.c.tenant == tenant, mtm_segments.c.user_id == user_id
+        )
+    )
+    return [Segment.from_json(state) for (state,) in rows]
+
+
+async def load_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[_Page]:
+    """Return the filed pages of the given segments with their vectors."""
+    if not segment_ids:
+        return []
+    rows = await session.execute(select(mtm_pages).where(mtm_pages.c.segment_id.in_(segment_ids)))
+    return [_Page(dict(row._mapping), decode_vector(row.vector)) for row in rows]
+
+
+async def load_provenance(session: AsyncSession, sources: set[str]) -> dict[str, Provenance]:
+    """Return the turns and sessions behind each persona extraction id."""
+    ids = [uuid.UUID(source) for source in sources if _is_uuid(source)]
+    if not ids:
+        return {}
+    rows = await session.execute(select(lpm_extractions).where(lpm_extractions.c.event_id.in_(ids)))
+    return {
+        str(row.event_id): Provenance(
+            turn_ids=tuple(uuid.UUID(t) for t in row.turn_ids),
+            session_ids=tuple(row.session_ids),
+        )
+        for row in rows
+    }
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def fact_items(
+    ranked: Sequence[Ranked[lpm.Fact]], provenance: Mapping[str, Provenance]
+) -> list[FactItem]:
+    """Return ranked facts as recall items with their provenance."""
+    return [
+        FactItem(
+            text=entry.item.text,
+            score=round(entry.score, 6),
+            learned_at=entry.item.at,
+            provenance=provenance.get(entry.item.source, Provenance()),
+        )
+        for entry in ranked
+    ]
+
+
+def profile_items(profile: lpm.Profile, provenance: Mapping[str, Provenance]) -> list[ProfileItem]:
+    """Return every current profile attribute, by name."""
+    return [
+        ProfileItem(
+            attribute=name,
+            value=entry.value,
+            since=entry.at,
+            provenance=provenance.get(entry.source, Provenance()),
+        )
+        for name, entry in sorted(profile.attributes.items())
+    ]
+
+
+def trait_items(traits: lpm.Traits, provenance: Mapping[str, Provenance]) -> list[TraitItem]:
+    """Return every trait with evidence, the most evidenced first."""
+    ordered = sorted(traits.dimensions.items(), key=lambda pair: (-pair[1].count, pair[0]))
+    return [
+        TraitItem(
+            trait_id=trait_id,
+            evidence=evidence.latest,
+            count=evidence.count,
+            provenance=provenance.get(evidence.source, Provenance()),
+        )
+        for trait_id, evidence in ordered
+    ]
+
+
+def segment_provenance(pages: Sequence[_Page]) -> dict[str, Provenance]:
+    """Return the turns and sessions of each segment's pages, oldest first."""
+    ordered = sorted(pages, key=lambda page: (page.row["occurred_at"], page.key))
+    turns: dict[str, list[uuid.UUID]] = {}
+    sessions: dict[str, dict[str, None]] = {}
+    for page in ordered:
+        segment_id = page.row["segment_id"]
+        turns.setdefault(segment_id, []).append(page.row["turn_id"])
+        if page.row["session_id"]:
+            sessions.setdefault(segment_id, {})[page.row["session_id"]] = None
+    return {
+        segment_id: Provenance(
+            turn_ids=tuple(turn_ids), session_ids=tuple(sessions.get(segment_id, {}))
+        )
+        for segment_id, turn_ids in turns.items()
+    }
+
+
+def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[str, int]:
+    """Render the tiers as a prompt block within ``max_tokens``, trimmed from the tail."""
+    lines: list[str] = []
+    if context.profile:
+        lines.append("## User profile")
+        lines += [f"- {item.attribute}: {item.value}" for item in context.profile]
+    if context.knowledge:
+        lines.append("## What the user told before")
+        lines += [f"- {item.text}" for item in context.knowledge]
+    if context.segments:
+        lines.append("## Related past topics")
+        lines += [f"- {item.summary}" for item in context.segments if item.summary]
+    if context.segment_pages:
+        lines.append("## Related past exchanges")
+        lines += [f"User: {p.query}\nAgent: {p.response}" for p in context.segment_pages]
+    if context.traits:
+        lines.append("## User traits")
+        lines += [f"- {item.trait_id}: {item.evidence}" for item in context.traits]
+    if context.agent_traits:
+        lines.append("## What the user wants from the agent")
+        lines += [f"- {item.text}" for item in context.agent_traits]
+    used = 0
+    kept: list[str] = []
+    for line in lines:
+        cost = estimate_tokens(line + "\n")
+        if used + cost > max_tokens:
+            break
+        kept.append(line)
+        used += cost
+    return "\n".join(kept), used
+
+
+class TierRecall:
+    """Answer the MemoryOS part of a recall from the tier read models."""
+
+    def __init__(self, embedder: Embedder, params: MemoryOsParams) -> None:
+        self._embedder = embedder
+        self._params = params
+        self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
+
+    async def enrich(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        request: RecallRequest,
+        response: RecallResponse,
+        now: datetime,
+    ) -> tuple[RecallResponse, SegmentsVisited | None]:
+        """Add the tiers to ``response``; return it and the visit to record (None: none)."""
+        scope = request.scope
+        async with sessions() as session:
+            pages = await with_meta_chains(session, response.pages)
+            segments = await load_segments(session, scope.tenant, scope.user_id)
+            persona = await load_persona(session, (scope.tenant, scope.user_id))
+            query_vec = await self._query_vector(request.query, segments, persona)
+            top = await self._top_segments(query_vec, request.query, segments)
+            segment_pages = await load_pages(session, [entry.item.id for entry in top])
+            sources = {f.source for f in (*persona.knowledge.facts, *persona.agent_traits.facts)}
+            sources |= {entry.source for entry in persona.profile.attributes.values()}
+            sources |= {evidence.source for evidence in persona.traits.dimensions.values()}
+            provenance = await load_provenance(session, sources)
+        context = self._context(query_vec, top, segment_pages, persona, provenance, now)
+        remaining = max(0, request.max_tokens - response.tokens)
+        block, tokens = render_tiers(context, remaining)
+        context = context.model_copy(update={"context": block})
+        joined = "\n".join(part for part in (response.context, block) if part)
+        enriched = response.model_copy(
+            update={
+                "pages": pages,
+                "memoryos": context,
+                "context": joined,
+                "tokens": response.tokens + tokens,
+            }
+        )
+        visit = (
+            SegmentsVisited(
+                occurred_at=now,
+                scope=scope,
+                segment_ids=tuple(entry.item.id for entry in top),
+            )
+            if top
+            else None
+        )
+        return enriched, visit
+
+    async def _query_vector(
+        self, query: str, segments: Sequence[Segment], persona: Persona
+    ) -> Vector | None:
+        wanted = segments or persona.knowledge.facts or persona.agent_traits.facts
+        if not query.strip() or not wanted:
+            return None
+        return np.asarray((await self._embedder.embed([query]))[0], dtype=np.float32)
+
+    async def _top_segments(
+        self, query_vec: Vector | None, query: str, segments: Sequence[Segment]
+    ) -> list[Ranked[Segment]]:
+        if query_vec is None:
+            return []
+        keywords = await self._keywords.page_keywords(PageText(query=query, response=""))
+        return rank_segments(query_vec, keywords, segments, self._params.top_m)
+
+    def _context(
+        self,
+        query_vec: Vector | None,
+        top: Sequence[Ranked[Segment]],
+        pages: Sequence[_Page],
+        persona: Persona,
+        provenance: Mapping[str, Provenance],
+        now: datetime,
+    ) -> MemoryOsContext:
+        k = self._params.top_k
+        by_segment = segment_provenance(pages)
+        if query_vec is None:
+            knowledge = [Ranked(f, 0.0) for f in reversed(persona.knowledge.facts)][:k]
+            agent = [Ranked(f, 0.0) for f in reversed(persona.agent_traits.facts)][:k]
+            ranked_pages: list[Ranked[_Page]] = []
+        else:
+            knowledge = rank_by_similarity(query_vec, persona.knowledge.facts, k)
+            agent = rank_by_similarity(query_vec, persona.agent_traits.facts, k)
+            ranked_pages = rank_by_similarity(query_vec, pages, k)
+        return MemoryOsContext(
+            segments=[
+                SegmentItem(
+                    segment_id=entry.item.id,
+                    summary=entry.item.summary,
+                    keywords=entry.item.keywords,
+                    page_count=entry.item.page_count,
+                    heat=round(heat(entry.item, now, self._params), 6),
+                    score=round(entry.score, 6),
+                    provenance=by_segment.get(entry.item.id, Provenance()),
+                )
+                for entry in top
+            ],
+            segment_pages=[
+                SegmentPageItem(
+                    turn_id=entry.item.row["turn_id"],
+                    segment_id=entry.item.row["segment_id"],
+                    session_id=entry.item.row["session_id"],
+                    agent_id=entry.item.row["agent_id"],
+                    query=entry.item.row["query"],
+                    response=entry.item.row["response"],
+                    occurred_at=entry.item.row["occurred_at"],
+                    score=round(entry.score, 6),
+                )
+                for entry in ranked_pages
+            ],
+            knowledge=fact_items(knowledge, provenance),
+            agent_traits=fact_items(agent, provenance),
+            profile=profile_items(persona.profile, provenance),
+            traits=trait_items(persona.traits, provenance),
+        )

@@ -1,0 +1,183 @@
+"""The STM meta chain: each new page's continuity verdict and its chain's summary.
+
+Every turn becomes a chain row (a pure fold, live and in replay); live, the worker then asks
+the LLM whether the page continues the previous one and summarises the chain of linked
+pages, records that as a page-chained event and folds it. Replay folds those events. Rows
+are kept for the last ``capacity`` pages of each conversation, like the STM FIFO.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.services.mtm.decisions import DecisionLog, ask
+from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.services.stm.projection import conversation_of
+from memoryd.shared import subjects
+from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
+from memoryd.shared.adapters.sql.tables import stm_chain
+from memoryd.shared.contracts.events import TurnRecorded, derived_id
+from memoryd.shared.contracts.memoryos import PageChained
+from memoryd.shared.domain.stm import ConversationKey
+
+
+def chain_row(turn: TurnRecorded, sequence: int) -> dict[str, Any]:
+    """Return the chain row a turn starts as (not linked, no summary yet)."""
+    return {
+        "turn_id": turn.event_id,
+        "tenant": turn.scope.tenant,
+        "user_id": turn.scope.user_id,
+        "agent_id": turn.scope.agent_id,
+        "query": turn.query,
+        "response": turn.response,
+        "linked": False,
+        "meta_chain": "",
+        "stream_seq": sequence,
+    }
+
+
+def chain_pages(rows: Sequence[dict[str, Any]], linked: bool) -> list[PageText]:
+    """Return the pages of the newest row's chain: it and the linked rows before it."""
+    if not linked:
+        return [PageText(query=rows[-1]["query"], response=rows[-1]["response"])]
+    start = len(rows) - 2
+    while start > 0 and rows[start]["linked"]:
+        start -= 1
+    return [PageText(query=r["query"], response=r["response"]) for r in rows[max(start, 0) :]]
+
+
+@dataclass
+class ChainBatch:
+    """The chain rows of the conversations a batch touches, oldest first."""
+
+    session: AsyncSession
+    capacity: int
+    rows: dict[ConversationKey, list[dict[str, Any]]] = field(default_factory=dict)
+    stored: set[uuid.UUID] = field(default_factory=set)
+
+    async def conversation(self, key: ConversationKey) -> list[dict[str, Any]]:
+        """Return a conversation's rows, loading them on first use."""
+        if key not in self.rows:
+            result = await self.session.execute(
+                select(stm_chain)
+                .where(
+                    and_(
+                        stm_chain.c.tenant == key.tenant,
+                        stm_chain.c.user_id == key.user_id,
+                        stm_chain.c.agent_id == key.agent_id,
+                    )
+                )
+                .order_by(stm_chain.c.stream_seq)
+            )
+            self.rows[key] = [dict(row._mapping) for row in result]
+            self.stored.update(row["turn_id"] for row in self.rows[key])
+        return self.rows[key]
+
+    async def write(self) -> None:
+        """Write new and changed rows; drop rows beyond capacity."""
+        kept: list[dict[str, Any]] = []
+        for key, rows in self.rows.items():
+            self.rows[key] = rows[-self.capacity :]
+            kept.extend(self.rows[key])
+        gone = self.stored - {row["turn_id"] for row in kept}
+        if gone:
+            await self.session.execute(delete(stm_chain).where(stm_chain.c.turn_id.in_(gone)))
+        fresh = [
+            {name: value for name, value in row.items() if name != "changed"}
+            for row in kept
+            if row["turn_id"] not in self.stored
+        ]
+        if fresh:
+            await self.session.execute(stm_chain.insert(), fresh)
+        for row in kept:
+            if row["turn_id"] in self.stored and row.get("changed"):
+                await self.session.execute(
+                    update(stm_chain)
+                    .where(stm_chain.c.turn_id == row["turn_id"])
+                    .values(linked=row["linked"], meta_chain=row["meta_chain"])
+                )
+
+
+def fold_turn(rows: list[dict[str, Any]], turn: TurnRecorded, sequence: int) -> bool:
+    """Append the turn's row unless it is there already; return whether it was added."""
+    if any(row["turn_id"] == turn.event_id for row in rows):
+        return False
+    rows.append(chain_row(turn, sequence))
+    return True
+
+
+def fold_chained(rows: list[dict[str, Any]], chained: PageChained) -> None:
+    """Set the verdict and summary on the page's row (gone already: nothing to do)."""
+    for row in rows:
+        if row["turn_id"] == chained.turn_id:
+            row.update(linked=chained.linked, meta_chain=chained.meta_chain)
+            row["changed"] = True
+
+
+class ChainProjection:
+    """Keep the continuity verdict and chain summary of each conversation's recent pages."""
+
+    consumer = subjects.CHAIN_CONSUMER
+
+    def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:
+        self._llm = llm
+        self._offline = OfflineExtractor()
+        self._decisions = decisions
+        self._capacity = capacity
+
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Fold turns; decide continuity and summary (live) or fold the decisions (replay)."""
+        state = ChainBatch(session, self._capacity)
+        for item in batch:
+            event = item.event
+            if isinstance(event, TurnRecorded):
+                rows = await state.conversation(conversation_of(event))
+                if fold_turn(rows, event, item.sequence) and live:
+                    fold_chained(rows, await self._decide(rows, event))
+            elif not live and isinstance(event, PageChained):
+                key = ConversationKey(event.scope.tenant, event.scope.user_id, event.scope.agent_id)
+                fold_chained(await state.conversation(key), event)
+        await state.write()
+        return Effects()
+
+    async def _decide(self, rows: list[dict[str, Any]], turn: TurnRecorded) -> PageChained:
+        page = PageText(query=turn.query, response=turn.response)
+        previous = (
+            PageText(query=rows[-2]["query"], response=rows[-2]["response"])
+            if len(rows) > 1
+            else None
+        )
+        verdict = await ask(
+            "check_continuity",
+            turn,
+            lambda: self._llm.check_continuity(previous, page),
+            lambda: self._offline.check_continuity(previous, page),
+            self._decisions,
+        )
+        pages = chain_pages(rows, verdict.linked and previous is not None)
+        summary = await ask(
+            "summarise_chain",
+            turn,
+            lambda: self._llm.summarise_chain(pages),
+            lambda: self._offline.summarise_chain(pages),
+            self._decisions,
+        )
+        return await self._decisions.record(
+            PageChained(
+                event_id=derived_id(turn.event_id, "page.chained"),
+                occurred_at=turn.occurred_at,
+                scope=turn.scope,
+                turn_id=turn.event_id,
+                linked=verdict.linked and previous is not None,
+                meta_chain=summary,
+                decided_by=self._llm.name,
+            )
+        )

@@ -1,0 +1,159 @@
+"""The indexer projection and retention sweep against real MiniLM, Qdrant Edge and SQLite."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from memoryd.services.bootstrap import build_model
+from memoryd.services.indexer.projection import IndexerProjection
+from memoryd.services.indexer.retention import due_expiries
+from memoryd.services.memories.projection import MemoriesProjection
+from memoryd.services.runtime.projection import Positioned
+from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
+from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
+from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.contracts.events import (
+    Category,
+    Event,
+    MemoryForgotten,
+    MemoryRemembered,
+    SessionEnded,
+    TurnRecorded,
+)
+from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.settings import Settings
+
+pytestmark = pytest.mark.model
+
+T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
+ALICE = Scope(tenant="acme", user_id="alice", session_id="s1")
+MINE = ScopeFilter(tenant="acme", user_id="alice")
+
+
+class CountingEmbedder:
+    """The real model, counting the texts it is asked to embed."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.texts = 0
+        self.model_name = inner.model_name
+        self.dimension = inner.dimension
+
+    async def embed(self, texts: Sequence[str]) -> object:
+        self.texts += len(texts)
+        return await self.inner.embed(texts)
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Embedder:
+    """Load the real MiniLM once per test session."""
+    return build_model(Settings())
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """Yield a fresh SQLite database with the read models."""
+    created = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}")
+    await create_schema(created)
+    yield created
+    await created.dispose()
+
+
+async def apply(
+    sessions: async_sessionmaker[AsyncSession],
+    projection: object,
+    events: Sequence[Event],
+    live: bool = True,
+) -> None:
+    batch = [Positioned(event, n + 1) for n, event in enumerate(events)]  # type: ignore[arg-type]
+    async with sessions() as session, session.begin():
+        await projection.apply(session, batch, live)  # type: ignore[attr-defined]
+
+
+def remember(content: str, key: str, category: Category = Category.CORE) -> MemoryRemembered:
+    return MemoryRemembered(
+        occurred_at=T0,
+        scope=ALICE,
+        memory_id=uuid.uuid4(),
+        key=key,
+        content=content,
+        category=category,
+    )
+
+
+async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
+    tmp_path: Path, engine: AsyncEngine, minilm: Embedder
+) -> None:
+    """Indexed items are found by both streams; forget and session end remove them; replay
+    rebuilds a fresh index from the SQL embedding cache without running the model."""
+    sessions = session_factory(engine)
+    store = SqlEmbeddingStore(engine)
+    await store.create_schema()
+    counting = CountingEmbedder(minilm)
+    index = EdgeSearchIndex(tmp_path / "index", 384)
+    await index.ensure_collection()
+    projection = IndexerProjection(index, CachedEmbedder(counting, store))  # type: ignore[arg-type]
+    tea = remember("I drink green tea every morning.", "drink")
+    draft = remember("Draft reply to the landlord.", "draft", Category.CONVERSATION)
+    turn = TurnRecorded(occurred_at=T0, scope=ALICE, query="I moved to Berlin.", response="Ok!")
+    events: list[Event] = [tea, draft, turn]
+    await apply(sessions, projection, events)
+
+    assert 3 == await index.count(MINE)
+    dense = await index.search_dense((await minilm.embed(["morning tea"]))[0], MINE, 1)
+    assert "drink: I drink green tea every morning." == dense[0].text
+    assert "I moved to Berlin.\nOk!" == (await index.search_sparse("Berlin", MINE, 1))[0].text
+
+    ended = SessionEnded(occurred_at=T0, scope=ALICE)
+    forgot = MemoryForgotten(occurred_at=T0, scope=ALICE, memory_id=tea.memory_id)
+    await apply(sessions, projection, [forgot, ended])
+    events += [forgot, ended]
+    assert ["I moved to Berlin.\nOk!"] == [
+        h.text for h in await index.search_sparse("tea draft Berlin", MINE, 5)
+    ]
+    await index.close()
+
+    embedded = counting.texts
+    rebuilt = EdgeSearchIndex(tmp_path / "rebuilt", 384)
+    await rebuilt.ensure_collection()
+    replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))  # type: ignore[arg-type]
+    await apply(sessions, replaying, events, live=False)
+    assert embedded == counting.texts
+    assert 1 == await rebuilt.count(MINE)
+    await rebuilt.close()
+
+
+async def test_a_daily_memory_expires_once_after_its_ttl(
+    tmp_path: Path, engine: AsyncEngine, minilm: Embedder
+) -> None:
+    """After 30 days the sweep emits one expiry; once folded, the sweep emits none again."""
+    sessions = session_factory(engine)
+    store = SqlEmbeddingStore(engine)
+    await store.create_schema()
+    index = EdgeSearchIndex(tmp_path / "index", 384)
+    await index.ensure_collection()
+    indexer = IndexerProjection(index, CachedEmbedder(minilm, store))
+    daily = remember("Dentist at 3pm today.", "today", Category.DAILY)
+    core = remember("Allergic to peanuts.", "allergy")
+    await apply(sessions, MemoriesProjection(30), [daily, core])
+    await apply(sessions, indexer, [daily, core])
+    async with sessions() as session:
+        assert [] == await due_expiries(session, T0 + timedelta(days=29))
+        [expiry] = await due_expiries(session, T0 + timedelta(days=30))
+    assert (daily.memory_id, daily.event_id) == (expiry.memory_id, expiry.source_event_id)
+
+    await apply(sessions, indexer, [expiry])
+
+    async with sessions() as session:
+        assert [] == await due_expiries(session, T0 + timedelta(days=31))
+    assert ["allergy: Allergic to peanuts."] == [
+        h.text for h in await index.search_sparse("dentist peanuts", MINE, 5)
+    ]
+    await index.close()

@@ -1,0 +1,42 @@
+"""Unit tests of graph search's pure parts: entity matching and the depth-2 walk."""
+
+from __future__ import annotations
+
+import uuid
+
+from memoryd.services.graph.extraction import name_key
+from memoryd.services.graph.search import Edge, matched_entities, walk
+from memoryd.shared.adapters.index.sparse import terms
+
+LISBON, ANNA, GOOGLE = (uuid.UUID(int=n) for n in (1, 2, 3))
+EDGES = [
+    Edge("user", "lives_in", "lisbon", LISBON),
+    Edge("user", "has_sister", "anna", ANNA),
+    Edge("anna", "works_at", "google", GOOGLE),
+]
+
+
+def test_names_match_as_whole_words_and_first_person_matches_the_user() -> None:
+    """'Anna' matches, 'Annabel' does not; 'my' brings in the user node."""
+    names = ["anna", "google", "user"]
+    assert {"anna"} == matched_entities("What does Anna like?", names)
+    assert set() == matched_entities("What does Annabel like?", names)
+    assert {"google", "user"} == matched_entities("Do I know anyone at Google?", names)
+
+
+def test_the_walk_reaches_two_hops_and_prefers_named_relations() -> None:
+    """From Google: the work edge (hop 1) outranks the sister edge (hop 2); Lisbon is off."""
+    scores = walk({"google"}, EDGES, set(terms("who is at google")))
+    assert scores[GOOGLE] > scores[ANNA] > 0
+    assert LISBON not in scores
+
+
+def test_the_user_node_walks_only_the_relations_the_query_names() -> None:
+    """'Where do I live?' follows lives_in from the user, not every edge the user has."""
+    scores = walk({"user"}, EDGES, set(terms("Where do I live?")))
+    assert [LISBON] == list(scores)
+
+
+def test_entity_keys_fold_case_and_spacing() -> None:
+    """Two spellings of one name are one node."""
+    assert name_key("New  York") == name_key("new york")

@@ -1,0 +1,156 @@
+"""Unit tests of hybrid recall's pure parts: fusion, decay, composite, caps and budget."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memoryd.services.recall.hybrid import (
+    Candidate,
+    Tuning,
+    assemble,
+    cap_per_session,
+    decay,
+    rrf,
+    score,
+)
+from memoryd.shared.contracts.recall import PageItem, RetrievedItem, StreamScore, StreamWeights
+from memoryd.shared.domain.text import estimate_tokens
+
+NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)
+A, B = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+def candidate(
+    item_id: uuid.UUID,
+    ranks: dict[str, int],
+    *,
+    age: timedelta = timedelta(0),
+    importance: float = 0.5,
+    evergreen: bool = False,
+    session: str | None = "s1",
+) -> Candidate:
+    fields = {
+        "kind": "turn",
+        "text": f"item {item_id.int}",
+        "user_id": "u",
+        "agent_id": "a",
+        "session_id": session,
+        "turn_id": str(item_id),
+        "memory_id": None,
+        "category": None,
+        "importance": importance,
+        "evergreen": evergreen,
+        "occurred_at": NOW - age,
+    }
+    streams = {name: StreamScore(rank=rank, score=1.0 / rank) for name, rank in ranks.items()}
+    return Candidate(item_id, fields, streams)
+
+
+def order(items: list[RetrievedItem]) -> list[uuid.UUID]:
+    return [item.item_id for item in items]
+
+
+def test_rrf_sums_weight_over_k_plus_rank_across_streams() -> None:
+    """An item ranked 1st in BM25 and 2nd in dense scores 1/61 + 2/62 with dense weight 2."""
+    fused = rrf({"bm25": [A, B], "dense": [B, A]}, {"bm25": 1.0, "dense": 2.0}, 60)
+    assert round(1 / 61 + 2 / 62, 12) == round(fused[A], 12)
+    assert fused[B] > fused[A]
+
+
+def test_a_stream_with_weight_zero_changes_nothing() -> None:
+    """Turning the graph stream off leaves the BM25 order as it is."""
+    fused = rrf({"bm25": [A, B], "graph": [B]}, {"bm25": 1.0, "graph": 0.0}, 60)
+    assert fused[A] > fused[B]
+
+
+def test_decay_halves_with_time_but_spares_evergreen_items() -> None:
+    """exp(-rate * hours) shrinks old items; an evergreen one keeps its full score."""
+    assert 0.5 == round(decay(100.0, 0.006931471805599453, evergreen=False), 6)
+    assert 1.0 == decay(10_000.0, 0.1, evergreen=True)
+
+
+def test_decay_puts_the_recent_item_first_unless_the_old_one_is_evergreen() -> None:
+    """Two equally relevant items: the newer wins; marked evergreen, the older keeps up."""
+    tuning = Tuning(decay_per_hour=0.01, importance_weight=0.0, recency_weight=0.0)
+    old = candidate(A, {"bm25": 1}, age=timedelta(days=30))
+    new = candidate(B, {"bm25": 2}, age=timedelta(hours=1))
+    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, NOW, explain=False)
+    assert [B, A] == order(ranked)
+    old = candidate(A, {"bm25": 1}, age=timedelta(days=30), evergreen=True)
+    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, NOW, explain=False)
+    assert [A, B] == order(ranked)
+
+
+def test_importance_reorders_close_matches_only_when_weighted() -> None:
+    """With importance weighted, a slightly worse but important item overtakes; without, not."""
+    first = candidate(A, {"bm25": 1}, importance=0.0)
+    second = candidate(B, {"bm25": 2}, importance=1.0)
+    plain = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0)
+    weighted = Tuning(decay_per_hour=0.0, importance_weight=0.5, recency_weight=0.0)
+    both = {A: first, B: second}
+    assert [A, B] == order(score(both, StreamWeights(), 60, plain, NOW, explain=False))
+    assert [B, A] == order(score(both, StreamWeights(), 60, weighted, NOW, explain=False))
+
+
+def test_explain_mode_reports_every_streams_rank_and_the_blend() -> None:
+    """Explain lists each stream an item came from with its rank, and the factors used."""
+    item = candidate(A, {"bm25": 3, "dense": 1, "graph": 2})
+    [ranked] = score({A: item}, StreamWeights(), 60, Tuning(), NOW, explain=True)
+    assert ranked.explanation is not None
+    assert {"bm25": 3, "dense": 1, "graph": 2} == {
+        name: stream.rank for name, stream in ranked.explanation.streams.items()
+    }
+    assert ranked.score == ranked.explanation.composite
+
+
+def test_at_most_the_cap_of_items_per_session_are_kept() -> None:
+    """Four items of one session and one of another: the best three of s1 and the s2 one."""
+    ids = [uuid.UUID(int=n) for n in range(1, 5)]
+    cands = {item_id: candidate(item_id, {"bm25": item_id.int}) for item_id in ids}
+    other = uuid.UUID(int=10)
+    cands[other] = candidate(other, {"bm25": 10}, session="s2")
+    ranked = score(cands, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    assert [*ids[:3], other] == order(cap_per_session(ranked, 3))
+
+
+@given(
+    st.integers(min_value=1, max_value=300),
+    st.lists(st.text(min_size=1, max_size=120), max_size=15),
+)
+def test_the_assembled_context_never_exceeds_the_token_budget(
+    budget: int, texts: list[str]
+) -> None:
+    """Whatever the budget and the items, the rendered context fits within it."""
+    cands = {
+        uuid.UUID(int=n + 1): candidate(uuid.UUID(int=n + 1), {"bm25": n + 1}, session=None)
+        for n in range(len(texts))
+    }
+    items = score(cands, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    items = [item.model_copy(update={"text": texts[item.item_id.int - 1]}) for item in items]
+    context, _, _, kept, used = assemble([], [], items, budget)
+    assert used <= budget
+    assert estimate_tokens(context) <= budget
+    assert [item.item_id for item in items[: len(kept)]] == [item.item_id for item in kept]
+
+
+def test_a_turn_already_shown_as_a_recent_page_is_not_rendered_twice() -> None:
+    """The found turn stays among the items but the context holds its text once."""
+    turn_id = uuid.uuid4()
+    page = PageItem(
+        turn_id=turn_id,
+        session_id="s1",
+        agent_id="a",
+        query="I moved to Berlin.",
+        response="Ok",
+        occurred_at=NOW,
+    )
+    found = candidate(A, {"bm25": 1})
+    found.fields |= {"text": "I moved to Berlin.\nOk", "turn_id": str(turn_id)}
+    items = score({A: found}, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    context, _, _, kept, _ = assemble([page], [], items, 500)
+    assert 1 == context.count("I moved to Berlin.")
+    assert [A] == order(kept)
