@@ -11,6 +11,7 @@ import functools
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -143,6 +144,18 @@ def build_model(settings: Settings) -> Embedder:
     return build_embedder(settings.embedding_kind, **options)
 
 
+def _cache_engine(engine: AsyncEngine, exit_stack: AsyncExitStack) -> AsyncEngine:
+    # Workers embed inside their read-model transaction. SQLite has one writer per file, so
+    # the cache's write would wait on the very transaction that asked for it: on SQLite the
+    # cache lives in a file of its own beside the read models (it is not a read model).
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return engine
+    cache = create_engine(str(url.set(database=str(Path(url.database).with_name("embeddings.db")))))
+    exit_stack.push_async_callback(cache.dispose)
+    return cache
+
+
 async def open_retrieval(
     settings: Settings,
     engine: AsyncEngine,
@@ -153,7 +166,7 @@ async def open_retrieval(
     llm: MemoryLlm | None = None,
 ) -> Retrieval:
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
-    store = SqlEmbeddingStore(engine)
+    store = SqlEmbeddingStore(_cache_engine(engine, exit_stack))
     await store.create_schema()
     embedder = CachedEmbedder(model or build_model(settings), store)
     if index is None:
@@ -342,9 +355,10 @@ async def start_stack(
             exit_stack.push_async_callback(retention.stop, sweep)
         broker = NatsBroker(server_list(nats_url), logger=None)
         if "recall" in components:
+            readers = session_factory(engine, writer=False)
             retriever = (
                 HybridRetriever(
-                    retrieval.index, retrieval.embedder, sessions, Tuning.from_settings(settings)
+                    retrieval.index, retrieval.embedder, readers, Tuning.from_settings(settings)
                 )
                 if retrieval is not None
                 else None
@@ -354,7 +368,7 @@ async def start_stack(
                 if retrieval is not None
                 else None
             )
-            subscribe_recall(broker, sessions, retriever, publisher, tiers)
+            subscribe_recall(broker, readers, retriever, publisher, tiers)
         await broker.start()
         exit_stack.push_async_callback(broker.stop)
     except BaseException:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import random
 import statistics
@@ -53,6 +54,9 @@ WORDS = [
     "salary",
     "project",
 ]
+
+
+RECALL_COMPONENTS: tuple[Component, ...] = ("memories", "indexer", "graph", "recall")
 
 
 def _sentence(rng: random.Random, n: int = 10) -> str:
@@ -157,11 +161,13 @@ async def _measure(
     started = time.perf_counter()
     await client.wait_until_applied(timeout=600, consumers=[subjects.STM_CONSUMER])
     stm_s = time.perf_counter() - started
-    rest = await start_stack(settings, components=["memories", "recall"])
-    # Only the workers started here: waiting for all would wait for workers never started.
-    await client.wait_until_applied(
-        timeout=600, consumers=[subjects.STM_CONSUMER, subjects.MEMORIES_CONSUMER]
-    )
+
+    # Recall as deployed: explicit memories, the hybrid index (BM25 + MiniLM) and the graph.
+    rest = await start_stack(settings, components=RECALL_COMPONENTS)
+    started = time.perf_counter()
+    await client.wait_until_applied(timeout=3_600, consumers=list(rest.runners))
+    index_s = time.perf_counter() - started
+    await client.recall(users[0], "warm up", timeout=300)  # loads the model for queries
     latencies = await _recall_latencies(client, users, recalls, concurrency, rng)
     await stm.stop()
     await rest.stop()
@@ -171,19 +177,23 @@ async def _measure(
         settings.stream_name,
         admin.engine,
         admin.sessions,
-        build_projections(settings, ("stm", "memories")),
+        build_projections(
+            settings, ("stm", "memories", "indexer", "graph"), await admin.retrieval_resources()
+        ),
     )
     await client.close()
     await admin.stop()
+    applied = events + len(memories)
     return {
         "benchmark": "pipeline",
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {platform.python_version()}",
+        "machine": f"{platform.machine()} {platform.python_version()}, {os.cpu_count()} cpus",
         "events": events,
         "memories": len(memories),
         "users": len(users),
         "log_append_events_per_s": round(events / append_s),
         "stm_apply_events_per_s": round(events / stm_s),
+        "memories_index_graph_apply_events_per_s": round(applied / index_s),
         "replay_events": report.events,
         "replay_events_per_s": round(report.events_per_second),
         "recall_requests": len(latencies),

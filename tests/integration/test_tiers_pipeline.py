@@ -115,6 +115,7 @@ async def test_a_hot_segment_is_promoted_exactly_once(
     scope = new_scope()
     await play(tiers_client, scope, [*BREAD[:3], FILLER])
     first = await tiers_client.recall(scope, "sourdough bread dough")
+    await tiers_client.wait_until_applied(timeout=60)  # the visit is an event the MTM folds
     second = await tiers_client.recall(scope, "sourdough bread dough")
     await tiers_client.wait_until_applied(timeout=60)
     await play(tiers_client, scope, [*BREAD[3:], FILLER], start=10)

@@ -9,15 +9,28 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+WRITER = "memoryd_writer"
+
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets the recall service read while a worker writes; busy_timeout makes the workers
     # of one process wait for each other instead of failing with "database is locked".
+    # isolation_level=None hands BEGIN to _sqlite_begin below.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA busy_timeout=60000")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    # A deferred transaction that reads, then writes, fails at once with "database is locked"
+    # when another connection wrote in between (busy_timeout does not apply to that upgrade),
+    # so a whole batch would fail and be retried event by event. Writers take the write lock
+    # up front and queue on busy_timeout instead; readers stay deferred and never wait.
+    writer = connection.get_execution_options().get(WRITER, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
 
 def create_engine(url: str) -> AsyncEngine:
@@ -28,10 +41,17 @@ def create_engine(url: str) -> AsyncEngine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
-    """Return the session factory every worker and the recall service use."""
-    return async_sessionmaker(engine, expire_on_commit=False)
+def writer_engine(engine: AsyncEngine) -> AsyncEngine:
+    """Return ``engine`` for transactions that write (on SQLite they take the lock first)."""
+    return engine.execution_options(**{WRITER: True})
+
+
+def session_factory(engine: AsyncEngine, *, writer: bool = True) -> async_sessionmaker:  # type: ignore[type-arg]
+    """Return a session factory; ``writer=False`` for read-only callers such as recall."""
+    bind = writer_engine(engine) if writer else engine
+    return async_sessionmaker(bind, expire_on_commit=False)
