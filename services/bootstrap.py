@@ -322,6 +322,7 @@ async def start_stack(
         exit_stack.push_async_callback(engine.dispose)
         await create_schema(engine)
         sessions = session_factory(engine)
+        readers = session_factory(engine, writer=False)
         publisher = EventPublisher(js, settings.stream_name)
         retrieval = (
             await open_retrieval(settings, engine, exit_stack, model=embedder, index=index, llm=llm)
@@ -340,6 +341,7 @@ async def start_stack(
                 publisher,
                 settings.stream_name,
                 max_attempts=settings.max_attempts,
+                readers=readers,
             )
             worker = PullWorker(js, runner, settings)
             await worker.start()
@@ -355,7 +357,6 @@ async def start_stack(
             exit_stack.push_async_callback(retention.stop, sweep)
         broker = NatsBroker(server_list(nats_url), logger=None)
         if "recall" in components:
-            readers = session_factory(engine, writer=False)
             retriever = (
                 HybridRetriever(
                     retrieval.index, retrieval.embedder, readers, Tuning.from_settings(settings)

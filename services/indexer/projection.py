@@ -25,6 +25,7 @@ from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
 from memoryd.shared.adapters.sql.tables import item_access, memory_expirations
 from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.retrieval import MemoriesRecalled, MemoryExpired
 
 log = structlog.get_logger(__name__)
@@ -76,6 +77,12 @@ class IndexerProjection:
     def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
         self._index = index
         self._embedder = embedder
+
+    async def warm(self, events: Sequence[AnyEvent]) -> None:
+        """Embed the batch's new texts into the cache before the transaction."""
+        texts = [op.text for op in plan(events) if isinstance(op, Upsert)]
+        if texts:
+            await self._embedder.embed(texts)
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool

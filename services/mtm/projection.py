@@ -29,6 +29,7 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
+from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import Event, PageEvicted, derived_id
 from memoryd.shared.contracts.memoryos import (
     PageFiled,
@@ -108,6 +109,12 @@ class MtmProjection:
                 await self._fold(state, event)
         await state.write()
         return effects
+
+    async def warm(self, events: Sequence[AnyEvent]) -> None:
+        """Embed the batch's evicted pages into the cache before the transaction."""
+        evicted = [e for e in events if isinstance(e, PageEvicted)]
+        if evicted:
+            await self._embedder.embed([page_text(e.query, e.response) for e in evicted])
 
     async def _page_vectors(self, batch: Sequence[Positioned]) -> dict[object, Vector]:
         # One embedding call for the whole batch: the model is fastest on batches.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -64,6 +64,19 @@ class Projection(Protocol):
 
         ``live`` is False during replay: then a projection makes no decision (no LLM or
         embedding call, no clock) and folds the derived events already in the log instead.
+        """
+        ...
+
+
+@runtime_checkable
+class Warms(Protocol):
+    """A projection with slow, state-free work (embedding) to do before its transaction."""
+
+    async def warm(self, events: Sequence[AnyEvent]) -> None:
+        """Do that work for ``events`` (fill a cache); the transaction then finds it done.
+
+        Outside the transaction, so a slow model does not hold a SQL write lock (SQLite has
+        one per file). It changes no read model: a failure here only costs the warm-up.
         """
         ...
 
@@ -146,9 +159,11 @@ class ProjectionRunner:
         stream: str,
         max_attempts: int = 5,
         retry_delay: float = 0.2,
+        readers: async_sessionmaker[AsyncSession] | None = None,
     ) -> None:
         self.projection = projection
         self._sessions = sessions
+        self._readers = readers or sessions
         self._nc = nc
         self._js = js
         self._publisher = publisher
@@ -159,7 +174,7 @@ class ProjectionRunner:
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
         """Process delivered messages in log order; ack them once their effect is durable."""
-        async with self._sessions() as session:
+        async with self._readers() as session:
             position = await tracking.position(session, self.projection.consumer)
         entries = await self._ordered_entries(position, [entry_of(m) for m in msgs])
         items: list[tuple[LogEntry, Positioned]] = []
@@ -171,6 +186,7 @@ class ProjectionRunner:
             else:
                 items.append((entry, Positioned(event, entry.sequence)))
         if entries:
+            await self._warm([item.event for _, item in items])
             await self._apply(items, entries[-1].sequence)
             self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
         for msg in msgs:
@@ -198,6 +214,15 @@ class ProjectionRunner:
         except NotFoundError:
             return None  # deleted from the stream: nothing to apply
         return LogEntry(sequence, raw.subject or "", raw.data or b"", 1)
+
+    async def _warm(self, events: list[AnyEvent]) -> None:
+        if not events or not isinstance(self.projection, Warms):
+            return
+        try:
+            await self.projection.warm(events)
+        except Exception:
+            # The transaction does the same work again and handles its failure properly.
+            self._log.warning("warm_up_failed", size=len(events), exc_info=True)
 
     async def _apply(self, items: list[tuple[LogEntry, Positioned]], through: int) -> None:
         try:
