@@ -29,6 +29,7 @@ import structlog
 from memoryd.services.bench.datasets import (
     BenchDataset,
     Conversation,
+    Question,
     Subset,
     Turn,
     load_locomo,
@@ -85,6 +86,8 @@ class BenchOptions:
     rrf_k: int = 60
     max_per_session: int = 3
     concurrency: int = 4
+    # Rank sessions as recall ranks them (its per-session aggregation); False: by first turn.
+    session_ranking: bool = True
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Ingested:
     """A dataset as the pipeline holds it: event ids back to dataset turn ids, and scopes."""
 
     turn_of_event: dict[str, str] = field(default_factory=dict)
+    session_of_token: dict[str, str] = field(default_factory=dict)
     scopes: dict[str, Scope] = field(default_factory=dict)
     events: int = 0
 
@@ -151,23 +155,37 @@ async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Inge
         for start in range(0, len(events), 2_000):
             await client.publish_many(events[start : start + 2_000])
         ingested.turn_of_event |= mapping
+        ingested.session_of_token |= {token(s.id): s.id for s in conversation.sessions}
         ingested.scopes[conversation.id] = scope
         ingested.events += len(events)
     return ingested
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One recall's answer in dataset ids: turns and sessions best first, and its latency."""
+
+    turns: list[str]
+    sessions: list[str]
+    seconds: float
+
+
 async def rank(
     client: MemoryClient,
     scope: Scope,
-    query: str,
+    question: Question,
     weights: StreamWeights,
     options: BenchOptions,
-    turn_of_event: Mapping[str, str],
-) -> tuple[list[str], float]:
-    """Recall through request-reply; return the ranked dataset turn ids and the latency."""
+    ingested: Ingested,
+) -> Ranked:
+    """Recall through request-reply; return the ranked dataset turn and session ids.
+
+    A question that has a date (LongMemEval's) is asked as of that date, as an agent would
+    ask it then; LoCoMo's questions have none, so recall reckons from its own clock.
+    """
     request = RecallRequest(
         scope=scope,
-        query=query,
+        query=question.text,
         search_scope=SearchScope.USER,
         limit=RECALL_LIMIT,
         max_tokens=200_000,
@@ -175,12 +193,14 @@ async def rank(
         weights=weights,
         rrf_k=options.rrf_k,
         max_per_session=options.max_per_session,
+        as_of=question.asked_at,
     )
     started = time.perf_counter()
     response = await client.recall_raw(request.model_dump_json().encode(), timeout=60.0)
     seconds = time.perf_counter() - started
-    ranked = [turn_of_event[item.turn_id] for item in response.items if item.turn_id]
-    return [turn for turn in ranked if turn], seconds
+    turns = [ingested.turn_of_event[item.turn_id] for item in response.items if item.turn_id]
+    sessions = [ingested.session_of_token[hit.session_id] for hit in response.sessions]
+    return Ranked([turn for turn in turns if turn], sessions, seconds)
 
 
 async def run_system(
@@ -193,24 +213,27 @@ async def run_system(
     """Ask every question with one system's weights; return its evaluation and latencies."""
     gate = asyncio.Semaphore(options.concurrency)
     rankings: dict[str, list[str]] = {}
+    session_rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
 
-    async def ask(question_id: str, conversation_id: str, text: str) -> None:
+    async def ask(question: Question) -> None:
         async with gate:
-            ranked, seconds = await rank(
+            ranked = await rank(
                 client,
-                ingested.scopes[conversation_id],
-                text,
+                ingested.scopes[question.conversation_id],
+                question,
                 weights,
                 options,
-                ingested.turn_of_event,
+                ingested,
             )
-        rankings[question_id] = ranked
-        latencies.append(seconds)
+        rankings[question.id] = ranked.turns
+        session_rankings[question.id] = ranked.sessions
+        latencies.append(ranked.seconds)
 
-    await asyncio.gather(*(ask(q.id, q.conversation_id, q.text) for q in dataset.questions))
+    await asyncio.gather(*(ask(question) for question in dataset.questions))
     session_maps = {c.id: turn_sessions(c) for c in dataset.conversations}
-    return evaluate(dataset.questions, rankings, session_maps), latencies
+    sessions = session_rankings if options.session_ranking else None
+    return evaluate(dataset.questions, rankings, session_maps, sessions=sessions), latencies
 
 
 async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
@@ -253,6 +276,7 @@ async def bench_dataset(
         "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
         "rrf_k": str(options.rrf_k),
         "max_per_session": str(options.max_per_session),
+        "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
         "machine": f"{platform.machine()} {platform.python_version()}",
     }
     for system, weights in SYSTEMS.items():

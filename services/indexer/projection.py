@@ -18,13 +18,22 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.indexer.items import Delete, DeleteWhere, Operation, Upsert, plan
+from memoryd.services.indexer.items import (
+    Delete,
+    DeleteWhere,
+    KeyOptions,
+    Operation,
+    Upsert,
+    conversation_key,
+    plan,
+)
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
-from memoryd.shared.adapters.sql.tables import item_access, memory_expirations
+from memoryd.shared.adapters.sql.tables import index_last_turns, item_access, memory_expirations
 from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.contracts.events import TurnRecorded
 from memoryd.shared.contracts.retrieval import MemoriesRecalled, MemoryExpired
 
 log = structlog.get_logger(__name__)
@@ -55,6 +64,36 @@ async def _record_expiries(session: AsyncSession, batch: Sequence[Positioned]) -
     await upsert(session, memory_expirations, rows, ["memory_id", "source_event_id"])
 
 
+async def _last_turns(session: AsyncSession, events: Sequence[object]) -> dict[uuid.UUID, str]:
+    """Load the last indexed turn of each conversation the batch continues."""
+    wanted = {conversation_key(e.scope) for e in events if isinstance(e, TurnRecorded)}
+    if not wanted:
+        return {}
+    found = await session.execute(
+        select(index_last_turns.c.conversation_id, index_last_turns.c.text).where(
+            index_last_turns.c.conversation_id.in_(list(wanted))
+        )
+    )
+    return {row.conversation_id: row.text for row in found}
+
+
+async def _store_last_turns(
+    session: AsyncSession,
+    events: Sequence[object],
+    before: dict[uuid.UUID, str],
+    after: dict[uuid.UUID, str],
+) -> None:
+    tenants = {
+        conversation_key(e.scope): e.scope.tenant for e in events if isinstance(e, TurnRecorded)
+    }
+    rows = [
+        {"conversation_id": key, "tenant": tenants[key], "text": text}
+        for key, text in after.items()
+        if before.get(key) != text
+    ]
+    await upsert(session, index_last_turns, rows, ["conversation_id"])
+
+
 def access_counts(batch: Sequence[Positioned]) -> dict[uuid.UUID, tuple[str, int, datetime]]:
     """Sum the recall visits of a batch per item: (tenant, visits, last visit)."""
     counts: dict[uuid.UUID, tuple[str, int, datetime]] = {}
@@ -73,15 +112,20 @@ class IndexerProjection:
 
     consumer = subjects.INDEXER_CONSUMER
 
-    def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
+    def __init__(
+        self, index: SearchIndex, embedder: Embedder, keys: KeyOptions | None = None
+    ) -> None:
         self._index = index
         self._embedder = embedder
+        self._keys = keys or KeyOptions()
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Apply the batch's index operations in log order, then its access counts."""
-        operations = plan([item.event for item in batch])
+        events = [item.event for item in batch]
+        before = await _last_turns(session, events)
+        operations, after = plan(events, before, self._keys)
         upserts = [op for op in operations if isinstance(op, Upsert)]
         # One embedding call per batch: the model is far faster on hundreds of texts at once.
         vectors = await self._embedder.embed([op.text for op in upserts]) if upserts else None
@@ -92,6 +136,7 @@ class IndexerProjection:
             await self._write(run, dense)
         await self._count_access(session, access_counts(batch))
         await _record_expiries(session, batch)
+        await _store_last_turns(session, events, before, after)
         if upserts:
             log.debug("indexed", points=len(upserts), live=live)
         return Effects()
