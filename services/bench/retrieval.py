@@ -277,6 +277,7 @@ async def bench_dataset(
         "rrf_k": str(options.rrf_k),
         "max_per_session": str(options.max_per_session),
         "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
+        "agent_side_facts": str(name in TWO_PEOPLE),
         "machine": f"{platform.machine()} {platform.python_version()}",
     }
     for system, weights in SYSTEMS.items():
@@ -288,7 +289,12 @@ async def bench_dataset(
     return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
 
 
-def bench_settings(base: Settings, data_dir: Path, nats_url: str) -> Settings:
+# Datasets whose "agent" side is a person too (LoCoMo: two friends chatting), so what that
+# side says in the first person is a fact about someone, not an assistant's "I can help".
+TWO_PEOPLE = frozenset({"locomo"})
+
+
+def bench_settings(base: Settings, data_dir: Path, nats_url: str, dataset: str = "") -> Settings:
     """Return settings for a bench stack: pure relevance (no decay, recency or importance).
 
     The datasets are years old and every turn has the same importance, so decay and recency
@@ -296,6 +302,7 @@ def bench_settings(base: Settings, data_dir: Path, nats_url: str) -> Settings:
     """
     return base.model_copy(
         update={
+            "index_agent_facts": dataset in TWO_PEOPLE,
             "data_dir": data_dir,
             "nats_url": nats_url,
             "database_url": None,
@@ -332,7 +339,7 @@ async def _one(
         data_dir = Path(folder)
         server = EmbeddedNats(data_dir / "nats")
         await server.astart()
-        settings = bench_settings(base, data_dir, server.url)
+        settings = bench_settings(base, data_dir, server.url, name)
         model = CachedEmbedder(build_model(settings), store, batch_size=512)
         stack = await start_stack(settings, COMPONENTS, embedder=model)
         client = await MemoryClient.connect(stack.nats_url, settings.stream_name)
