@@ -86,6 +86,8 @@ class BenchOptions:
     rrf_k: int = 60
     max_per_session: int = 3
     concurrency: int = 4
+    # How many keys each stream hands to fusion.
+    candidates: int = 100
     # Rank sessions as recall ranks them (its per-session aggregation); False: by first turn.
     session_ranking: bool = True
 
@@ -275,6 +277,7 @@ async def bench_dataset(
         "ingest_seconds": f"{ingest_s:.1f}",
         "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
         "rrf_k": str(options.rrf_k),
+        "stream_candidates": str(options.candidates),
         "max_per_session": str(options.max_per_session),
         "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
         "agent_side_facts": str(name in TWO_PEOPLE),
@@ -294,7 +297,9 @@ async def bench_dataset(
 TWO_PEOPLE = frozenset({"locomo"})
 
 
-def bench_settings(base: Settings, data_dir: Path, nats_url: str, dataset: str = "") -> Settings:
+def bench_settings(
+    base: Settings, data_dir: Path, nats_url: str, dataset: str = "", candidates: int = 100
+) -> Settings:
     """Return settings for a bench stack: pure relevance (no decay, recency or importance).
 
     The datasets are years old and every turn has the same importance, so decay and recency
@@ -309,7 +314,7 @@ def bench_settings(base: Settings, data_dir: Path, nats_url: str, dataset: str =
             "decay_per_hour": 0.0,
             "score_importance": 0.0,
             "score_recency": 0.0,
-            "stream_candidates": 100,
+            "stream_candidates": candidates,
             "batch_size": 512,
         }
     )
@@ -339,7 +344,7 @@ async def _one(
         data_dir = Path(folder)
         server = EmbeddedNats(data_dir / "nats")
         await server.astart()
-        settings = bench_settings(base, data_dir, server.url, name)
+        settings = bench_settings(base, data_dir, server.url, name, options.candidates)
         model = CachedEmbedder(build_model(settings), store, batch_size=512)
         stack = await start_stack(settings, COMPONENTS, embedder=model)
         client = await MemoryClient.connect(stack.nats_url, settings.stream_name)
