@@ -211,8 +211,12 @@ async def run_system(
     ingested: Ingested,
     weights: StreamWeights,
     options: BenchOptions,
-) -> tuple[Evaluation, list[float]]:
-    """Ask every question with one system's weights; return its evaluation and latencies."""
+) -> tuple[Evaluation, Evaluation, list[float]]:
+    """Ask every question with one system's weights; return its evaluation and latencies.
+
+    The second evaluation ranks sessions the other way (by first turn instead of recall's
+    session ranking, or the reverse), so the report shows what the aggregation is worth.
+    """
     gate = asyncio.Semaphore(options.concurrency)
     rankings: dict[str, list[str]] = {}
     session_rankings: dict[str, list[str]] = {}
@@ -235,7 +239,14 @@ async def run_system(
     await asyncio.gather(*(ask(question) for question in dataset.questions))
     session_maps = {c.id: turn_sessions(c) for c in dataset.conversations}
     sessions = session_rankings if options.session_ranking else None
-    return evaluate(dataset.questions, rankings, session_maps, sessions=sessions), latencies
+    evaluation = evaluate(dataset.questions, rankings, session_maps, sessions=sessions)
+    other = evaluate(
+        dataset.questions,
+        rankings,
+        session_maps,
+        sessions=None if options.session_ranking else session_rankings,
+    )
+    return evaluation, other, latencies
 
 
 async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
@@ -284,8 +295,14 @@ async def bench_dataset(
         "machine": f"{platform.machine()} {platform.python_version()}",
     }
     for system, weights in SYSTEMS.items():
-        evaluation, latencies = await run_system(client, dataset, ingested, weights, options)
+        evaluation, other, latencies = await run_system(client, dataset, ingested, weights, options)
         systems[system] = evaluation
+        means = other.overall.means
+        notes[f"{system}_other_session_ranking"] = " / ".join(
+            f"{key} {means[key]:.3f}"
+            for key in ("session.recall_all@5", "session.recall_any@5", "session.ndcg_any@10")
+            if key in means
+        )
         notes[f"{system}_query_ms_p50"] = str(_ms(latencies, 50))
         notes[f"{system}_query_ms_p99"] = str(_ms(latencies, 99))
         log.info("bench_system_done", dataset=name, system=system)
