@@ -124,14 +124,16 @@ class IndexerProjection:
     ) -> Effects:
         """Apply the batch's index operations in log order, then its access counts."""
         events = [item.event for item in batch]
+        # Embed before the first SQL statement: on SQLite a writer's transaction holds the
+        # write lock from its first statement, and a batch of long turns takes minutes to
+        # embed. Only the windows that join a turn of an earlier batch need the stored last
+        # turns; they are planned (and embedded, a few texts) once those are read.
+        draft, _ = plan(events, None, self._keys)
+        dense = await self._embed([op for op in draft if isinstance(op, Upsert)])
         before = await _last_turns(session, events)
         operations, after = plan(events, before, self._keys)
         upserts = [op for op in operations if isinstance(op, Upsert)]
-        # One embedding call per batch: the model is far faster on hundreds of texts at once.
-        vectors = await self._embedder.embed([op.text for op in upserts]) if upserts else None
-        dense: dict[uuid.UUID, DenseVector] = {}
-        if vectors is not None:
-            dense = dict(zip((op.id for op in upserts), vectors, strict=True))
+        dense |= await self._embed([op for op in upserts if op.id not in dense])
         for run in runs(operations):
             await self._write(run, dense)
         await self._count_access(session, access_counts(batch))
@@ -140,6 +142,13 @@ class IndexerProjection:
         if upserts:
             log.debug("indexed", points=len(upserts), live=live)
         return Effects()
+
+    async def _embed(self, upserts: Sequence[Upsert]) -> dict[uuid.UUID, DenseVector]:
+        # One embedding call per batch: the model is far faster on hundreds of texts at once.
+        if not upserts:
+            return {}
+        vectors = await self._embedder.embed([op.text for op in upserts])
+        return dict(zip((op.id for op in upserts), vectors, strict=True))
 
     async def _write(self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector]) -> None:
         head = run[0]
