@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.graph.projection import GraphProjection
 from memoryd.services.indexer import retention
+from memoryd.services.indexer.items import KeyOptions
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.decisions import (  # issue 3
@@ -257,7 +258,12 @@ def build_projections(
     if "memories" in components:
         projections.append(MemoriesProjection(settings.daily_ttl_days))
     if retrieval is not None and "indexer" in components:
-        projections.append(IndexerProjection(retrieval.index, retrieval.embedder))
+        keys = KeyOptions(
+            windows=settings.index_window_keys,
+            facts=settings.index_fact_keys,
+            agent_facts=settings.index_agent_facts,
+        )
+        projections.append(IndexerProjection(retrieval.index, retrieval.embedder, keys))
     if "graph" in components:
         extractor = retrieval.llm if retrieval is not None else NoDecisions()
         projections.append(GraphProjection(extractor))

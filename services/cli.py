@@ -147,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--subset", type=int, default=None, help="first N questions/convs")
     retrieval.add_argument("--rrf-k", type=int, default=60)
     retrieval.add_argument("--max-per-session", type=int, default=3)
+    retrieval.add_argument("--candidates", type=int, default=100, help="keys per stream")
+    retrieval.add_argument(
+        "--first-turn-sessions",
+        action="store_true",
+        help="rank sessions by their first recalled turn, not by recall's session ranking",
+    )
     # --- end issue 4 ---
     return parser
 
@@ -190,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             subset=args.subset,
             rrf_k=args.rrf_k,
             max_per_session=args.max_per_session,
+            session_ranking=not args.first_turn_sessions,
+            candidates=args.candidates,
         )
         asyncio.run(run_retrieval_bench(settings, options))
 

@@ -62,6 +62,18 @@ class Settings(BaseSettings):
     score_recency: float = Field(default=0.1, ge=0)
     # How many candidates each stream returns before fusion.
     stream_candidates: int = Field(default=50, ge=1, le=1_000)
+    # Extra index keys of a turn (each maps back to the turn): the previous short turn joined
+    # to it, and its first-person sentences. Changing these needs a replay of the indexer.
+    index_window_keys: bool = True
+    index_fact_keys: bool = True
+    # Also take facts from the response side (when the "agent" is a person in a transcript).
+    index_agent_facts: bool = False
+    # A session scores the sum of its best this-many keys (recall's session ranking).
+    session_top_keys: int = Field(default=2, ge=1, le=100)
+    # Added to a turn's fused score, times 1 / (rrf_k + 1), when the query names its speaker.
+    speaker_bonus: float = Field(default=0.5, ge=0)
+    # Weight of the date prior (items near a date the query implies: "two weeks ago").
+    weight_date: float = Field(default=0.5, ge=0)
     # How often the retention sweep looks for expired daily memories.
     retention_sweep_seconds: float = Field(default=3_600.0, gt=0)
     # --- end issue 4 ---

@@ -90,6 +90,8 @@ class Question(_Frozen):
     text: str
     answer: str
     date: datetime
+    # When the question was asked, if the dataset says (LoCoMo's ``date`` is a stand-in).
+    asked_at: datetime | None = None
     type_or_category: str
     answer_session_ids: tuple[str, ...]
     answer_turn_ids: tuple[str, ...]
@@ -243,6 +245,7 @@ def _longmemeval_pair(record: _LongMemEvalRecord) -> tuple[Conversation, Questio
         text=record.question,
         answer=str(record.answer),
         date=parse_longmemeval_date(record.question_date),
+        asked_at=parse_longmemeval_date(record.question_date),
         type_or_category=record.question_type,
         answer_session_ids=tuple(record.answer_session_ids),
         answer_turn_ids=answer_turns,

@@ -194,18 +194,25 @@ def evaluate(
     rankings: Mapping[str, Sequence[str]],
     session_maps: Mapping[str, Mapping[str, str]],
     ks: Iterable[int] = DEFAULT_KS,
+    sessions: Mapping[str, Sequence[str]] | None = None,
 ) -> Evaluation:
     """Score every non-abstention question's turn ranking and aggregate.
 
     `rankings` maps a question id to its ranked turn ids; `session_maps` maps a conversation
-    id to its turn -> session mapping (see `datasets.turn_sessions`).
+    id to its turn -> session mapping (see `datasets.turn_sessions`). `sessions`, when given,
+    maps a question id to the session ranking the system made itself (else the turns'
+    sessions are ranked by their first turn).
     """
     cutoffs = tuple(ks)
     asked = list(questions)
     kept = [question for question in asked if not question.abstention]
     scores = [
         score_question(
-            question, rankings[question.id], session_maps[question.conversation_id], cutoffs
+            question,
+            rankings[question.id],
+            session_maps[question.conversation_id],
+            cutoffs,
+            sessions[question.id] if sessions is not None else None,
         )
         for question in kept
     ]

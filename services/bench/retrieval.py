@@ -29,6 +29,7 @@ import structlog
 from memoryd.services.bench.datasets import (
     BenchDataset,
     Conversation,
+    Question,
     Subset,
     Turn,
     load_locomo,
@@ -85,6 +86,10 @@ class BenchOptions:
     rrf_k: int = 60
     max_per_session: int = 3
     concurrency: int = 4
+    # How many keys each stream hands to fusion.
+    candidates: int = 100
+    # Rank sessions as recall ranks them (its per-session aggregation); False: by first turn.
+    session_ranking: bool = True
 
 
 @dataclass
@@ -92,6 +97,7 @@ class Ingested:
     """A dataset as the pipeline holds it: event ids back to dataset turn ids, and scopes."""
 
     turn_of_event: dict[str, str] = field(default_factory=dict)
+    session_of_token: dict[str, str] = field(default_factory=dict)
     scopes: dict[str, Scope] = field(default_factory=dict)
     events: int = 0
 
@@ -151,23 +157,37 @@ async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Inge
         for start in range(0, len(events), 2_000):
             await client.publish_many(events[start : start + 2_000])
         ingested.turn_of_event |= mapping
+        ingested.session_of_token |= {token(s.id): s.id for s in conversation.sessions}
         ingested.scopes[conversation.id] = scope
         ingested.events += len(events)
     return ingested
 
 
+@dataclass(frozen=True)
+class Ranked:
+    """One recall's answer in dataset ids: turns and sessions best first, and its latency."""
+
+    turns: list[str]
+    sessions: list[str]
+    seconds: float
+
+
 async def rank(
     client: MemoryClient,
     scope: Scope,
-    query: str,
+    question: Question,
     weights: StreamWeights,
     options: BenchOptions,
-    turn_of_event: Mapping[str, str],
-) -> tuple[list[str], float]:
-    """Recall through request-reply; return the ranked dataset turn ids and the latency."""
+    ingested: Ingested,
+) -> Ranked:
+    """Recall through request-reply; return the ranked dataset turn and session ids.
+
+    A question that has a date (LongMemEval's) is asked as of that date, as an agent would
+    ask it then; LoCoMo's questions have none, so recall reckons from its own clock.
+    """
     request = RecallRequest(
         scope=scope,
-        query=query,
+        query=question.text,
         search_scope=SearchScope.USER,
         limit=RECALL_LIMIT,
         max_tokens=200_000,
@@ -175,12 +195,14 @@ async def rank(
         weights=weights,
         rrf_k=options.rrf_k,
         max_per_session=options.max_per_session,
+        as_of=question.asked_at,
     )
     started = time.perf_counter()
     response = await client.recall_raw(request.model_dump_json().encode(), timeout=60.0)
     seconds = time.perf_counter() - started
-    ranked = [turn_of_event[item.turn_id] for item in response.items if item.turn_id]
-    return [turn for turn in ranked if turn], seconds
+    turns = [ingested.turn_of_event[item.turn_id] for item in response.items if item.turn_id]
+    sessions = [ingested.session_of_token[hit.session_id] for hit in response.sessions]
+    return Ranked([turn for turn in turns if turn], sessions, seconds)
 
 
 async def run_system(
@@ -189,28 +211,42 @@ async def run_system(
     ingested: Ingested,
     weights: StreamWeights,
     options: BenchOptions,
-) -> tuple[Evaluation, list[float]]:
-    """Ask every question with one system's weights; return its evaluation and latencies."""
+) -> tuple[Evaluation, Evaluation, list[float]]:
+    """Ask every question with one system's weights; return its evaluation and latencies.
+
+    The second evaluation ranks sessions the other way (by first turn instead of recall's
+    session ranking, or the reverse), so the report shows what the aggregation is worth.
+    """
     gate = asyncio.Semaphore(options.concurrency)
     rankings: dict[str, list[str]] = {}
+    session_rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
 
-    async def ask(question_id: str, conversation_id: str, text: str) -> None:
+    async def ask(question: Question) -> None:
         async with gate:
-            ranked, seconds = await rank(
+            ranked = await rank(
                 client,
-                ingested.scopes[conversation_id],
-                text,
+                ingested.scopes[question.conversation_id],
+                question,
                 weights,
                 options,
-                ingested.turn_of_event,
+                ingested,
             )
-        rankings[question_id] = ranked
-        latencies.append(seconds)
+        rankings[question.id] = ranked.turns
+        session_rankings[question.id] = ranked.sessions
+        latencies.append(ranked.seconds)
 
-    await asyncio.gather(*(ask(q.id, q.conversation_id, q.text) for q in dataset.questions))
+    await asyncio.gather(*(ask(question) for question in dataset.questions))
     session_maps = {c.id: turn_sessions(c) for c in dataset.conversations}
-    return evaluate(dataset.questions, rankings, session_maps), latencies
+    sessions = session_rankings if options.session_ranking else None
+    evaluation = evaluate(dataset.questions, rankings, session_maps, sessions=sessions)
+    other = evaluate(
+        dataset.questions,
+        rankings,
+        session_maps,
+        sessions=None if options.session_ranking else session_rankings,
+    )
+    return evaluation, other, latencies
 
 
 async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
@@ -252,19 +288,35 @@ async def bench_dataset(
         "ingest_seconds": f"{ingest_s:.1f}",
         "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
         "rrf_k": str(options.rrf_k),
+        "stream_candidates": str(options.candidates),
         "max_per_session": str(options.max_per_session),
+        "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
+        "agent_side_facts": str(name in TWO_PEOPLE),
         "machine": f"{platform.machine()} {platform.python_version()}",
     }
     for system, weights in SYSTEMS.items():
-        evaluation, latencies = await run_system(client, dataset, ingested, weights, options)
+        evaluation, other, latencies = await run_system(client, dataset, ingested, weights, options)
         systems[system] = evaluation
+        means = other.overall.means
+        notes[f"{system}_other_session_ranking"] = " / ".join(
+            f"{key} {means[key]:.3f}"
+            for key in ("session.recall_all@5", "session.recall_any@5", "session.ndcg_any@10")
+            if key in means
+        )
         notes[f"{system}_query_ms_p50"] = str(_ms(latencies, 50))
         notes[f"{system}_query_ms_p99"] = str(_ms(latencies, 99))
         log.info("bench_system_done", dataset=name, system=system)
     return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
 
 
-def bench_settings(base: Settings, data_dir: Path, nats_url: str) -> Settings:
+# Datasets whose "agent" side is a person too (LoCoMo: two friends chatting), so what that
+# side says in the first person is a fact about someone, not an assistant's "I can help".
+TWO_PEOPLE = frozenset({"locomo"})
+
+
+def bench_settings(
+    base: Settings, data_dir: Path, nats_url: str, dataset: str = "", candidates: int = 100
+) -> Settings:
     """Return settings for a bench stack: pure relevance (no decay, recency or importance).
 
     The datasets are years old and every turn has the same importance, so decay and recency
@@ -272,13 +324,14 @@ def bench_settings(base: Settings, data_dir: Path, nats_url: str) -> Settings:
     """
     return base.model_copy(
         update={
+            "index_agent_facts": dataset in TWO_PEOPLE,
             "data_dir": data_dir,
             "nats_url": nats_url,
             "database_url": None,
             "decay_per_hour": 0.0,
             "score_importance": 0.0,
             "score_recency": 0.0,
-            "stream_candidates": 100,
+            "stream_candidates": candidates,
             "batch_size": 512,
         }
     )
@@ -308,7 +361,7 @@ async def _one(
         data_dir = Path(folder)
         server = EmbeddedNats(data_dir / "nats")
         await server.astart()
-        settings = bench_settings(base, data_dir, server.url)
+        settings = bench_settings(base, data_dir, server.url, name, options.candidates)
         model = CachedEmbedder(build_model(settings), store, batch_size=512)
         stack = await start_stack(settings, COMPONENTS, embedder=model)
         client = await MemoryClient.connect(stack.nats_url, settings.stream_name)

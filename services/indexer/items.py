@@ -2,12 +2,20 @@
 
 Adding a retrievable kind is one function here (event -> ``Upsert``) plus a line in
 ``plan``: the projection embeds and applies whatever ``plan`` returns, in log order.
+
+A turn is indexed under several keys, all mapping back to the turn (same ``turn_id``,
+``extra["of"]`` naming the turn's own point): the turn itself; a window (the previous turn of
+the conversation and this one) when the previous turn is short, so a reply like "Yes, twice a
+week" is found by the question it answers; and its first-person sentences ("I adopted a
+greyhound last month"), which a long turn would otherwise drown. Keys are a pure function of
+the events: the previous turn of each conversation is state the projection folds and passes in.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memoryd.shared.adapters.index import IndexPayload, Kind, ScopeFilter
@@ -84,10 +92,101 @@ def memory_text(event: MemoryRemembered) -> str:
     return f"{event.key}: {event.content}" if event.key else event.content
 
 
+# A window joins the previous turn only when that turn is short (a question, a reply): a
+# long turn carries its own context and would swamp the window's embedding.
+WINDOW_MAX_WORDS = 40
+FACT_MIN_WORDS = 4
+MAX_FACTS_PER_TURN = 8
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# "I", "My", and the contractions ("I'm", "I've": the apostrophe ends the word).
+_FIRST_PERSON_START = re.compile(r"^(i|my)\b", re.IGNORECASE)
+# "Caroline: I went ..." - a chat transcript names its speaker before the words.
+_SPEAKER = re.compile(r"^([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30})?): ")
+
+
+def speaker_of(text: str) -> str | None:
+    """Return the speaker a transcript line names before its words ("Name: ..."), if any."""
+    match = _SPEAKER.match(text)
+    return match.group(1) if match else None
+
+
+def first_person_facts(text: str) -> list[str]:
+    """Return the sentences of a text that state something about the speaker ("I ...", "My ...").
+
+    Sentences of fewer than ``FACT_MIN_WORDS`` words ("I see.") say nothing; at most
+    ``MAX_FACTS_PER_TURN`` are kept, in order, without repeats.
+    """
+    speaker = speaker_of(text)
+    body = text[len(speaker) + 2 :] if speaker else text
+    facts: list[str] = []
+    for sentence in _SENTENCE_END.split(body):
+        sentence = sentence.strip()
+        if (
+            _FIRST_PERSON_START.match(sentence)
+            and len(sentence.split()) >= FACT_MIN_WORDS
+            and sentence not in facts
+        ):
+            facts.append(sentence)
+    return facts[:MAX_FACTS_PER_TURN]
+
+
+def conversation_key(scope: Scope) -> uuid.UUID:
+    """Return the id of the conversation a turn belongs to (its whole scope)."""
+    parts = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id or "", scope.namespace)
+    return uuid.uuid5(uuid.NAMESPACE_URL, "memoryd-conversation/" + "/".join(parts))
+
+
+def _turn_payload(event: TurnRecorded, key: str, of: uuid.UUID, text: str) -> IndexPayload:
+    fields = _payload(event.scope, "turn", event, event.event_id)
+    extra: dict[str, object] = {"key": key, "of": str(of)}
+    speaker = speaker_of(text)
+    if speaker:
+        extra["speaker"] = speaker
+    if key != "turn":
+        extra["text"] = text
+    return IndexPayload.model_validate(fields | {"extra": extra})
+
+
 def turn_upsert(event: TurnRecorded) -> Upsert:
     """Index a turn as one point whose provenance is the turn's event id."""
-    payload = IndexPayload.model_validate(_payload(event.scope, "turn", event, event.event_id))
-    return Upsert(point_id(event.event_id, "turn", event.scope), turn_text(event), payload)
+    own = point_id(event.event_id, "turn", event.scope)
+    text = turn_text(event)
+    return Upsert(own, text, _turn_payload(event, "turn", own, text))
+
+
+def turn_keys(
+    event: TurnRecorded, previous: str | None, facts: bool = True, agent_facts: bool = False
+) -> list[Upsert]:
+    """Index a turn under all its keys: itself, its window, its first-person sentences.
+
+    ``previous`` is the text of the conversation's previous turn (None: this is the first).
+    Facts come from the user's side unless ``agent_facts``: an assistant's "I" is about the
+    assistant, but when the other side is a person (a transcript of two people) it is not.
+    """
+    turn = turn_upsert(event)
+    keys = [turn]
+    text = turn.text
+    if previous is not None and len(previous.split()) <= WINDOW_MAX_WORDS:
+        keys.append(
+            Upsert(
+                derived_id(turn.id, "window"),
+                f"{previous}\n{text}",
+                _turn_payload(event, "window", turn.id, text),
+            )
+        )
+    if facts:
+        sides = (event.query, event.response) if agent_facts else (event.query,)
+        found = [fact for side in sides for fact in first_person_facts(side)]
+        for n, fact in enumerate(found[:MAX_FACTS_PER_TURN]):
+            if fact != text:
+                keys.append(
+                    Upsert(
+                        derived_id(turn.id, f"fact.{n}"),
+                        fact,
+                        _turn_payload(event, "fact", turn.id, text),
+                    )
+                )
+    return keys
 
 
 def memory_upsert(event: MemoryRemembered) -> Upsert:
@@ -126,9 +225,7 @@ def session_filter(event: SessionEnded) -> ScopeFilter:
 
 
 def operation(event: AnyEvent) -> Operation | None:
-    """Return what one event does to the index (None: nothing)."""
-    if isinstance(event, TurnRecorded):
-        return turn_upsert(event)
+    """Return what one non-turn event does to the index (None: nothing)."""
     if isinstance(event, MemoryRemembered):
         return memory_upsert(event)
     if isinstance(event, MemoryForgotten):
@@ -140,6 +237,36 @@ def operation(event: AnyEvent) -> Operation | None:
     return None
 
 
-def plan(events: Sequence[AnyEvent]) -> list[Operation]:
-    """Return the index operations of a batch, in log order."""
-    return [op for op in map(operation, events) if op is not None]
+@dataclass(frozen=True, slots=True)
+class KeyOptions:
+    """Which extra keys a turn gets besides itself."""
+
+    windows: bool = True
+    facts: bool = True
+    agent_facts: bool = False
+
+
+def plan(
+    events: Sequence[AnyEvent],
+    previous: Mapping[uuid.UUID, str] | None = None,
+    options: KeyOptions | None = None,
+) -> tuple[list[Operation], dict[uuid.UUID, str]]:
+    """Return the index operations of a batch in log order, and each conversation's last turn.
+
+    ``previous`` maps a conversation (``conversation_key``) to the text of its last turn
+    before this batch; the second value is the same map after it, for the next batch.
+    """
+    options = options or KeyOptions()
+    last = dict(previous or {})
+    operations: list[Operation] = []
+    for event in events:
+        if isinstance(event, TurnRecorded):
+            conversation = conversation_key(event.scope)
+            before = last.get(conversation) if options.windows else None
+            operations += turn_keys(event, before, options.facts, options.agent_facts)
+            last[conversation] = turn_text(event)
+            continue
+        op = operation(event)
+        if op is not None:
+            operations.append(op)
+    return operations, last

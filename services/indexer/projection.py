@@ -18,14 +18,23 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.indexer.items import Delete, DeleteWhere, Operation, Upsert, plan
+from memoryd.services.indexer.items import (
+    Delete,
+    DeleteWhere,
+    KeyOptions,
+    Operation,
+    Upsert,
+    conversation_key,
+    plan,
+)
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
-from memoryd.shared.adapters.sql.tables import item_access, memory_expirations
+from memoryd.shared.adapters.sql.tables import index_last_turns, item_access, memory_expirations
 from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.catalog import AnyEvent
+from memoryd.shared.contracts.events import TurnRecorded
 from memoryd.shared.contracts.retrieval import MemoriesRecalled, MemoryExpired
 
 log = structlog.get_logger(__name__)
@@ -56,6 +65,36 @@ async def _record_expiries(session: AsyncSession, batch: Sequence[Positioned]) -
     await upsert(session, memory_expirations, rows, ["memory_id", "source_event_id"])
 
 
+async def _last_turns(session: AsyncSession, events: Sequence[object]) -> dict[uuid.UUID, str]:
+    """Load the last indexed turn of each conversation the batch continues."""
+    wanted = {conversation_key(e.scope) for e in events if isinstance(e, TurnRecorded)}
+    if not wanted:
+        return {}
+    found = await session.execute(
+        select(index_last_turns.c.conversation_id, index_last_turns.c.text).where(
+            index_last_turns.c.conversation_id.in_(list(wanted))
+        )
+    )
+    return {row.conversation_id: row.text for row in found}
+
+
+async def _store_last_turns(
+    session: AsyncSession,
+    events: Sequence[object],
+    before: dict[uuid.UUID, str],
+    after: dict[uuid.UUID, str],
+) -> None:
+    tenants = {
+        conversation_key(e.scope): e.scope.tenant for e in events if isinstance(e, TurnRecorded)
+    }
+    rows = [
+        {"conversation_id": key, "tenant": tenants[key], "text": text}
+        for key, text in after.items()
+        if before.get(key) != text
+    ]
+    await upsert(session, index_last_turns, rows, ["conversation_id"])
+
+
 def access_counts(batch: Sequence[Positioned]) -> dict[uuid.UUID, tuple[str, int, datetime]]:
     """Sum the recall visits of a batch per item: (tenant, visits, last visit)."""
     counts: dict[uuid.UUID, tuple[str, int, datetime]] = {}
@@ -74,34 +113,47 @@ class IndexerProjection:
 
     consumer = subjects.INDEXER_CONSUMER
 
-    def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
+    def __init__(
+        self, index: SearchIndex, embedder: Embedder, keys: KeyOptions | None = None
+    ) -> None:
         self._index = index
         self._embedder = embedder
+        self._keys = keys or KeyOptions()
 
     async def warm(self, events: Sequence[AnyEvent]) -> None:
         """Embed the batch's new texts into the cache before the transaction."""
-        texts = [op.text for op in plan(events) if isinstance(op, Upsert)]
-        if texts:
-            await self._embedder.embed(texts)
+        # Windows that join a turn of an earlier batch are planned in the transaction, once
+        # the stored last turns are read: only those few texts are embedded there.
+        draft, _ = plan(events, None, self._keys)
+        await self._embed([op for op in draft if isinstance(op, Upsert)])
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Apply the batch's index operations in log order, then its access counts."""
-        operations = plan([item.event for item in batch])
+        events = [item.event for item in batch]
+        # ``warm`` embedded these texts before the transaction: here they come from the cache.
+        draft, _ = plan(events, None, self._keys)
+        dense = await self._embed([op for op in draft if isinstance(op, Upsert)])
+        before = await _last_turns(session, events)
+        operations, after = plan(events, before, self._keys)
         upserts = [op for op in operations if isinstance(op, Upsert)]
-        # One embedding call per batch: the model is far faster on hundreds of texts at once.
-        vectors = await self._embedder.embed([op.text for op in upserts]) if upserts else None
-        dense: dict[uuid.UUID, DenseVector] = {}
-        if vectors is not None:
-            dense = dict(zip((op.id for op in upserts), vectors, strict=True))
+        dense |= await self._embed([op for op in upserts if op.id not in dense])
         for run in runs(operations):
             await self._write(run, dense)
         await self._count_access(session, access_counts(batch))
         await _record_expiries(session, batch)
+        await _store_last_turns(session, events, before, after)
         if upserts:
             log.debug("indexed", points=len(upserts), live=live)
         return Effects()
+
+    async def _embed(self, upserts: Sequence[Upsert]) -> dict[uuid.UUID, DenseVector]:
+        # One embedding call per batch: the model is far faster on hundreds of texts at once.
+        if not upserts:
+            return {}
+        vectors = await self._embedder.embed([op.text for op in upserts])
+        return dict(zip((op.id for op in upserts), vectors, strict=True))
 
     async def _write(self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector]) -> None:
         head = run[0]

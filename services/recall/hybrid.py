@@ -1,9 +1,14 @@
 """Hybrid retrieval: BM25, dense and graph streams fused by weighted RRF, then scored.
 
-The order of work: the three streams run concurrently inside the caller's scope; weighted
-Reciprocal Rank Fusion (``sum w / (k + rank)``) merges them; the fused score, normalised to
-0..1, is multiplied by a temporal decay ``exp(-rate * hours)`` (evergreen items exempt) and
-combined with importance and recency into a composite; at most ``max_per_session`` items per
+The order of work: the three streams run concurrently inside the caller's scope and return
+index keys (a turn has several: itself, its window, its first-person sentences; see
+``indexer.items``); weighted Reciprocal Rank Fusion (``sum w / (k + rank)``) scores each key,
+plus two priors: a date stream (keys near a date the query implies, "two weeks ago") and a
+speaker bonus (the query names who said it). An item scores its best key; a session scores
+the sum of its best ``session_top_keys`` keys, and recall returns that session ranking too.
+The item's fused score, normalised to 0..1, is multiplied by a temporal decay
+``exp(-rate * hours)`` (evergreen items exempt) and combined with importance and recency into
+a composite; at most ``max_per_session`` items per
 session are kept, items under ``min_score`` dropped, and the rest assembled into the token
 budget by ``assemble``: conversation first, then facts (memories), then episodes (turns,
 pages, segments), then knowledge (facts learned), trimmed from the tail.
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -23,6 +29,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.graph.search import GraphHit, graph_search, hub_names, without_names
+from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
 from memoryd.shared.contracts.recall import (
@@ -31,6 +38,7 @@ from memoryd.shared.contracts.recall import (
     PageItem,
     RecallRequest,
     RetrievedItem,
+    SessionHit,
     StreamScore,
     StreamWeights,
 )
@@ -56,6 +64,9 @@ class Tuning:
     importance_weight: float = 0.2
     recency_weight: float = 0.1
     candidates: int = 50
+    session_top_keys: int = 2
+    speaker_bonus: float = 0.5
+    date_weight: float = 0.5
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Tuning:
@@ -70,16 +81,39 @@ class Tuning:
             importance_weight=settings.score_importance,
             recency_weight=settings.score_recency,
             candidates=settings.stream_candidates,
+            session_top_keys=settings.session_top_keys,
+            speaker_bonus=settings.speaker_bonus,
+            date_weight=settings.weight_date,
         )
 
 
 @dataclass(slots=True)
 class Candidate:
-    """An item one or more streams returned, and its rank in each."""
+    """An item one or more streams returned (through any of its keys), and its best rank in each."""
 
     item_id: uuid.UUID
     fields: dict[str, Any]
     streams: dict[str, StreamScore]
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One index point a stream returned, and the item it stands for."""
+
+    point_id: uuid.UUID
+    item_id: uuid.UUID
+    session_id: str | None
+    occurred_at: datetime
+    speaker: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the streams returned: items, their keys, and each stream's ranking of the keys."""
+
+    candidates: dict[uuid.UUID, Candidate]
+    keys: dict[uuid.UUID, Key]
+    rankings: dict[str, list[uuid.UUID]]
 
 
 def scope_filter(request: RecallRequest) -> ScopeFilter | None:
@@ -163,7 +197,8 @@ def _hit_fields(hit: Hit) -> dict[str, Any]:
     payload = hit.payload
     return {
         "kind": payload.kind,
-        "text": hit.text,
+        # A window or fact key shows the turn it stands for, not the key's own text.
+        "text": payload.extra.get("text", hit.text),
         "user_id": payload.user_id,
         "agent_id": payload.agent_id,
         "session_id": payload.session_id,
@@ -200,44 +235,131 @@ def _aware(when: Any) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def collect(
-    streams: Mapping[str, Sequence[Hit | GraphHit]],
-) -> dict[uuid.UUID, Candidate]:
-    """Merge the streams' hits into candidates, remembering each stream's rank and score."""
-    found: dict[uuid.UUID, Candidate] = {}
+def _key_of(hit: Hit | GraphHit, fields: Mapping[str, Any]) -> Key:
+    if isinstance(hit, Hit):
+        extra = hit.payload.extra
+        item_id = uuid.UUID(extra["of"]) if "of" in extra else hit.id
+        return Key(
+            hit.id, item_id, fields["session_id"], fields["occurred_at"], extra.get("speaker")
+        )
+    return Key(hit.item_id, hit.item_id, fields["session_id"], fields["occurred_at"], None)
+
+
+def collect(streams: Mapping[str, Sequence[Hit | GraphHit]]) -> Found:
+    """Merge the streams' hits: keys to their items, each stream's key ranking, best ranks."""
+    candidates: dict[uuid.UUID, Candidate] = {}
+    keys: dict[uuid.UUID, Key] = {}
+    rankings: dict[str, list[uuid.UUID]] = {}
     for name, hits in streams.items():
+        ranking = rankings.setdefault(name, [])
         for rank, hit in enumerate(hits, start=1):
-            item_id = hit.id if isinstance(hit, Hit) else hit.item_id
-            if item_id not in found:
-                fields = _hit_fields(hit) if isinstance(hit, Hit) else _graph_fields(hit)
-                found[item_id] = Candidate(item_id, fields, {})
-            found[item_id].streams[name] = StreamScore(rank=rank, score=round(hit.score, 6))
-    return found
+            fields = _hit_fields(hit) if isinstance(hit, Hit) else _graph_fields(hit)
+            key = keys.setdefault(*_keyed(_key_of(hit, fields)))
+            ranking.append(key.point_id)
+            candidate = candidates.setdefault(key.item_id, Candidate(key.item_id, fields, {}))
+            if name not in candidate.streams or rank < candidate.streams[name].rank:
+                candidate.streams[name] = StreamScore(rank=rank, score=round(hit.score, 6))
+    return Found(candidates, keys, rankings)
 
 
-def _ranking(candidates: Mapping[uuid.UUID, Candidate], stream: str) -> list[uuid.UUID]:
-    """Return the ids one stream returned, in its order."""
-    mine = [c for c in candidates.values() if stream in c.streams]
-    mine.sort(key=lambda c: c.streams[stream].rank)
-    return [c.item_id for c in mine]
+def _keyed(key: Key) -> tuple[uuid.UUID, Key]:
+    return key.point_id, key
+
+
+def date_ranking(keys: Mapping[uuid.UUID, Key], when: ImpliedDate) -> dict[uuid.UUID, int]:
+    """Rank the keys near the implied date by whole days away (same day, same rank)."""
+    days = {
+        point: round(gap)
+        for point, key in keys.items()
+        if (gap := when.distance_days(key.occurred_at)) is not None
+    }
+    places = {gap: place for place, gap in enumerate(sorted(set(days.values())), start=1)}
+    return {point: places[gap] for point, gap in days.items()}
+
+
+def names_speaker(query: str, speaker: str | None) -> bool:
+    """Say whether the query names the speaker (as a whole word, any case)."""
+    if not speaker:
+        return False
+    return re.search(rf"(?<!\w){re.escape(speaker)}(?!\w)", query, re.IGNORECASE) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Priors:
+    """What a query adds to its keys' fused scores besides the streams."""
+
+    query: str = ""
+    date: ImpliedDate | None = None
+    speaker_bonus: float = 0.0
+    date_weight: float = 0.0
+
+
+def key_scores(
+    found: Found, weight_of: Mapping[str, float], k: int, priors: Priors
+) -> tuple[dict[uuid.UUID, float], float]:
+    """Score every key: RRF over the streams plus the date and speaker priors.
+
+    Return the scores and the best score a key could reach (to normalise by).
+    """
+    scores = defaultdict(float, rrf(found.rankings, weight_of, k))
+    best = sum(
+        weight_of.get(name, 0.0) / (k + 1) for name, ranked in found.rankings.items() if ranked
+    )
+    if priors.date is not None and priors.date_weight > 0:
+        near = date_ranking(found.keys, priors.date)
+        for point, place in near.items():
+            scores[point] += priors.date_weight / (k + place)
+        best += priors.date_weight / (k + 1) if near else 0.0
+    if priors.speaker_bonus > 0:
+        named = [p for p, key in found.keys.items() if names_speaker(priors.query, key.speaker)]
+        for point in named:
+            scores[point] += priors.speaker_bonus / (k + 1)
+        best += priors.speaker_bonus / (k + 1) if named else 0.0
+    return dict(scores), best or 1.0
+
+
+def item_scores(
+    keys: Mapping[uuid.UUID, Key], scores: Mapping[uuid.UUID, float]
+) -> dict[uuid.UUID, float]:
+    """Score each item by its best key."""
+    best: dict[uuid.UUID, float] = defaultdict(float)
+    for point, key in keys.items():
+        best[key.item_id] = max(best[key.item_id], scores.get(point, 0.0))
+    return dict(best)
+
+
+def session_ranking(
+    keys: Mapping[uuid.UUID, Key], scores: Mapping[uuid.UUID, float], top: int
+) -> list[SessionHit]:
+    """Rank sessions by the sum of their ``top`` best key scores (items with no session: none).
+
+    A session that answers a question tends to match it more than once (the question and its
+    answer, a fact and its context), so the sum tells it apart from one lucky turn elsewhere.
+    """
+    per_session: dict[str, list[float]] = defaultdict(list)
+    for point, key in keys.items():
+        if key.session_id is not None:
+            per_session[key.session_id].append(scores.get(point, 0.0))
+    totals = {sid: sum(sorted(found, reverse=True)[:top]) for sid, found in per_session.items()}
+    ranked = sorted(totals, key=lambda sid: (-totals[sid], sid))
+    return [SessionHit(session_id=sid, score=round(totals[sid], 6)) for sid in ranked]
 
 
 def score(
-    candidates: Mapping[uuid.UUID, Candidate],
+    found: Found,
     weights: StreamWeights,
     k: int,
     tuning: Tuning,
     now: datetime,
     explain: bool,
-) -> list[RetrievedItem]:
-    """Fuse, decay and blend each candidate's score; return the items best first."""
+    priors: Priors = Priors(),
+) -> tuple[list[RetrievedItem], list[SessionHit]]:
+    """Fuse, decay and blend each candidate's score; return the items and sessions, best first."""
     weight_of = {name: getattr(weights, name) for name in STREAMS}
-    rankings = {name: _ranking(candidates, name) for name in STREAMS}
-    fused = rrf(rankings, weight_of, k)
-    active = [name for name in STREAMS if rankings[name] and weight_of[name] > 0]
-    best = sum(weight_of[name] / (k + 1) for name in active) or 1.0
+    per_key, best = key_scores(found, weight_of, k, priors)
+    fused = item_scores(found.keys, per_key)
     items = []
-    for candidate in candidates.values():
+    for candidate in found.candidates.values():
         fields = candidate.fields
         hours = (now - fields["occurred_at"]).total_seconds() / _HOURS
         factor = decay(hours, tuning.decay_per_hour, fields["evergreen"])
@@ -263,7 +385,7 @@ def score(
             )
         )
     items.sort(key=lambda item: (-item.score, -item.occurred_at.timestamp(), str(item.item_id)))
-    return items
+    return items, session_ranking(found.keys, per_key, tuning.session_top_keys)
 
 
 class HybridRetriever:
@@ -281,17 +403,29 @@ class HybridRetriever:
         self._sessions = sessions
         self.tuning = tuning
 
-    async def retrieve(self, request: RecallRequest, now: datetime) -> list[RetrievedItem]:
-        """Return the request's items, best first, at most ``request.limit``."""
+    async def retrieve(
+        self, request: RecallRequest, now: datetime
+    ) -> tuple[list[RetrievedItem], list[SessionHit]]:
+        """Return the request's items (at most ``request.limit``) and sessions, best first."""
         where = scope_filter(request)
         if where is None or not request.query.strip():
-            return []
+            return [], []
         weights = request.weights or self.tuning.weights
         k = request.rrf_k or self.tuning.rrf_k
+        now = request.as_of or now
         streams = await self._streams(request.query, where, weights)
-        items = score(collect(streams), weights, k, self.tuning, now, request.explain)
+        priors = Priors(
+            query=request.query,
+            date=implied_date(request.query, now),
+            speaker_bonus=self.tuning.speaker_bonus,
+            date_weight=self.tuning.date_weight,
+        )
+        items, sessions = score(
+            collect(streams), weights, k, self.tuning, now, request.explain, priors
+        )
         items = [item for item in items if item.score >= request.min_score]
-        return cap_per_session(items, request.max_per_session)[: request.limit]
+        kept = cap_per_session(items, request.max_per_session)[: request.limit]
+        return kept, sessions[: request.limit]
 
     async def _streams(
         self, query: str, where: ScopeFilter, weights: StreamWeights

@@ -117,10 +117,19 @@ async def _hybrid_recall(
             )
         return pages, rows
 
-    (pages, rows), items = await asyncio.gather(conversation(), retriever.retrieve(request, now))
+    (pages, rows), (items, sessions) = await asyncio.gather(
+        conversation(), retriever.retrieve(request, now)
+    )
     ranked = rank_memories(request.query, rows, request.limit)
     context, pages, ranked, items, tokens = assemble(pages, ranked, items, request.max_tokens)
-    return RecallResponse(pages=pages, memories=ranked, context=context, tokens=tokens, items=items)
+    return RecallResponse(
+        pages=pages,
+        memories=ranked,
+        context=context,
+        tokens=tokens,
+        items=items,
+        sessions=sessions,
+    )
 
 
 def visit_of(request: RecallRequest, response: RecallResponse, now: datetime) -> Event | None:

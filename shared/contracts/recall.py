@@ -81,6 +81,15 @@ class RetrievedItem(BaseModel):
     explanation: Explanation | None = None
 
 
+class SessionHit(BaseModel):
+    """A session ranked by the evidence it holds: the sum of its best keys' scores."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    score: float
+
+
 # --- end issue 4 -------------------------------------------------------------------------
 
 
@@ -191,6 +200,9 @@ class RecallRequest(BaseModel):
     max_per_session: int = Field(default=3, ge=1, le=100)
     min_score: float = Field(default=0.0, ge=0.0)
     explain: bool = False
+    # "Now" for this request (default: the service clock): relative dates in the query ("two
+    # weeks ago") and decay are reckoned from it, e.g. when an agent replays a past dialogue.
+    as_of: AwareDatetime | None = None
     # --- end issue 4 ---
 
 
@@ -239,6 +251,7 @@ class RecallResponse(BaseModel):
     context: str
     tokens: int
     items: list[RetrievedItem] = []  # issue 4: hybrid retrieval results, best first
+    sessions: list[SessionHit] = []  # issue 4: the sessions the items came from, best first
     memoryos: MemoryOsContext = MemoryOsContext()  # issue 3: the MemoryOS tiers
 
 

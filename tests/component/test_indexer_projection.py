@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import build_model
@@ -15,10 +16,12 @@ from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.indexer.retention import due_expiries
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.runtime.projection import Positioned
+from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
 from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.adapters.sql.tables import PROJECTION_TABLES
 from memoryd.shared.contracts.events import (
     Category,
     Event,
@@ -66,6 +69,14 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     await created.dispose()
 
 
+@pytest.fixture
+async def cache(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """Yield the embedding cache's own SQLite file, as the stack keeps it (see bootstrap)."""
+    created = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'embeddings.db'}")
+    yield created
+    await created.dispose()
+
+
 async def apply(
     sessions: async_sessionmaker[AsyncSession],
     projection: object,
@@ -89,12 +100,12 @@ def remember(content: str, key: str, category: Category = Category.CORE) -> Memo
 
 
 async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
-    tmp_path: Path, engine: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
 ) -> None:
     """Indexed items are found by both streams; forget and session end remove them; replay
     rebuilds a fresh index from the SQL embedding cache without running the model."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(engine)
+    store = SqlEmbeddingStore(cache)
     await store.create_schema()
     counting = CountingEmbedder(minilm)
     index = EdgeSearchIndex(tmp_path / "index", 384)
@@ -102,20 +113,20 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     projection = IndexerProjection(index, CachedEmbedder(counting, store))  # type: ignore[arg-type]
     tea = remember("I drink green tea every morning.", "drink")
     draft = remember("Draft reply to the landlord.", "draft", Category.CONVERSATION)
-    turn = TurnRecorded(occurred_at=T0, scope=ALICE, query="I moved to Berlin.", response="Ok!")
+    turn = TurnRecorded(occurred_at=T0, scope=ALICE, query="Moved to Berlin.", response="Ok!")
     events: list[Event] = [tea, draft, turn]
     await apply(sessions, projection, events)
 
     assert 3 == await index.count(MINE)
     dense = await index.search_dense((await minilm.embed(["morning tea"]))[0], MINE, 1)
     assert "drink: I drink green tea every morning." == dense[0].text
-    assert "I moved to Berlin.\nOk!" == (await index.search_sparse("Berlin", MINE, 1))[0].text
+    assert "Moved to Berlin.\nOk!" == (await index.search_sparse("Berlin", MINE, 1))[0].text
 
     ended = SessionEnded(occurred_at=T0, scope=ALICE)
     forgot = MemoryForgotten(occurred_at=T0, scope=ALICE, memory_id=tea.memory_id)
     await apply(sessions, projection, [forgot, ended])
     events += [forgot, ended]
-    assert ["I moved to Berlin.\nOk!"] == [
+    assert ["Moved to Berlin.\nOk!"] == [
         h.text for h in await index.search_sparse("tea draft Berlin", MINE, 5)
     ]
     await index.close()
@@ -124,6 +135,10 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     rebuilt = EdgeSearchIndex(tmp_path / "rebuilt", 384)
     await rebuilt.ensure_collection()
     replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))  # type: ignore[arg-type]
+    async with sessions() as session, session.begin():
+        # Replay starts the indexer's own read models afresh (see runtime.replay).
+        for table in PROJECTION_TABLES[subjects.INDEXER_CONSUMER]:
+            await session.execute(delete(table))
     await apply(sessions, replaying, events, live=False)
     assert embedded == counting.texts
     assert 1 == await rebuilt.count(MINE)
@@ -131,11 +146,11 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
 
 
 async def test_a_daily_memory_expires_once_after_its_ttl(
-    tmp_path: Path, engine: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
 ) -> None:
     """After 30 days the sweep emits one expiry; once folded, the sweep emits none again."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(engine)
+    store = SqlEmbeddingStore(cache)
     await store.create_schema()
     index = EdgeSearchIndex(tmp_path / "index", 384)
     await index.ensure_collection()

@@ -139,6 +139,17 @@ def test_evaluate_leaves_out_abstention() -> None:
     assert (1.0, 1) == (result.overall.means["session.recall_all@2"], result.excluded)
 
 
+def test_evaluate_ranks_sessions_as_the_system_did_when_told() -> None:
+    """Given the system's own session ranking, session metrics use it; turn metrics do not."""
+    questions = [_question("q1")]
+    rankings = {"q1": ["a:0", "b:0", "d:0"]}
+    first_turn = evaluate(questions, rankings, {"conv": SESSION_OF}, ks=(1,))
+    own = evaluate(questions, rankings, {"conv": SESSION_OF}, ks=(1,), sessions={"q1": ["b"]})
+    assert 0.0 == first_turn.overall.means["session.recall_any@1"]
+    assert 1.0 == own.overall.means["session.recall_any@1"]
+    assert first_turn.overall.means["turn.recall_any@1"] == own.overall.means["turn.recall_any@1"]
+
+
 def _official_turn2session(
     ranked_turns: list[str], relevant: set[str], k: int
 ) -> tuple[float, float]:

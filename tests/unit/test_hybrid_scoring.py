@@ -8,15 +8,19 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memoryd.services.recall.dates import implied_date
 from memoryd.services.recall.hybrid import (
     Candidate,
+    Found,
+    Key,
+    Priors,
     Tuning,
     assemble,
     cap_per_session,
     decay,
     rrf,
-    score,
 )
+from memoryd.services.recall.hybrid import score as score_found
 from memoryd.shared.contracts.recall import PageItem, RetrievedItem, StreamScore, StreamWeights
 from memoryd.shared.domain.text import estimate_tokens
 
@@ -48,6 +52,35 @@ def candidate(
     }
     streams = {name: StreamScore(rank=rank, score=1.0 / rank) for name, rank in ranks.items()}
     return Candidate(item_id, fields, streams)
+
+
+def found_of(cands: dict[uuid.UUID, Candidate]) -> Found:
+    """Index each candidate under one key (its own id), ranked as its streams say."""
+    keys = {
+        item_id: Key(item_id, item_id, c.fields["session_id"], c.fields["occurred_at"], None)
+        for item_id, c in cands.items()
+    }
+    names = {name for c in cands.values() for name in c.streams}
+    rankings = {
+        name: sorted(
+            (i for i, c in cands.items() if name in c.streams),
+            key=lambda i, name=name: cands[i].streams[name].rank,  # type: ignore[misc]
+        )
+        for name in names
+    }
+    return Found(dict(cands), keys, rankings)
+
+
+def score(
+    cands: dict[uuid.UUID, Candidate],
+    weights: StreamWeights,
+    k: int,
+    tuning: Tuning,
+    now: datetime,
+    explain: bool,
+) -> list[RetrievedItem]:
+    items, _ = score_found(found_of(cands), weights, k, tuning, now, explain)
+    return items
 
 
 def order(items: list[RetrievedItem]) -> list[uuid.UUID]:
@@ -154,3 +187,66 @@ def test_a_turn_already_shown_as_a_recent_page_is_not_rendered_twice() -> None:
     context, _, _, kept, _ = assemble([page], [], items, 500)
     assert 1 == context.count("I moved to Berlin.")
     assert [A] == order(kept)
+
+
+def key(
+    point: int, item: uuid.UUID, session: str, *, days_ago: float = 0.0, speaker: str | None = None
+) -> Key:
+    return Key(uuid.UUID(int=point), item, session, NOW - timedelta(days=days_ago), speaker)
+
+
+def found_keys(keys: list[Key], ranking: list[int]) -> Found:
+    """A BM25 ranking of the given keys (by point number); each key's item is a candidate."""
+    cands = {k.item_id: candidate(k.item_id, {"bm25": 1}, session=k.session_id) for k in keys}
+    for k in keys:
+        cands[k.item_id].fields["occurred_at"] = k.occurred_at
+    return Found(
+        cands,
+        {k.point_id: k for k in keys},
+        {"bm25": [uuid.UUID(int=point) for point in ranking]},
+    )
+
+
+PLAIN = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0)
+
+
+def test_an_item_scores_its_best_key() -> None:
+    """A turn found through its fact key at rank 1 outranks a turn whose only key is 2nd."""
+    keys = [key(1, A, "s1"), key(2, B, "s2"), key(3, A, "s1")]
+    items, _ = score_found(found_keys(keys, [3, 2, 1]), StreamWeights(), 10, PLAIN, NOW, False)
+    assert [A, B] == order(items)
+
+
+def test_a_session_scores_the_sum_of_its_two_best_keys() -> None:
+    """Two good keys in s2 beat the single best key of s1; a third key of s2 adds nothing."""
+    c = uuid.UUID(int=3)
+    keys = [key(1, A, "s1"), key(2, B, "s2"), key(3, c, "s2"), key(4, c, "s2")]
+    found = found_keys(keys, [1, 2, 3, 4])
+    _, sessions = score_found(found, StreamWeights(), 10, PLAIN, NOW, False)
+    assert ["s2", "s1"] == [s.session_id for s in sessions]
+    assert round(1 / 12 + 1 / 13, 6) == sessions[0].score
+    one = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0, session_top_keys=1)
+    _, sessions = score_found(found, StreamWeights(), 10, one, NOW, False)
+    assert ["s1", "s2"] == [s.session_id for s in sessions]
+
+
+def test_the_date_prior_lifts_the_item_near_the_implied_date() -> None:
+    """Asked "two weeks ago", the item from 14 days back overtakes a slightly better match."""
+    keys = [key(1, A, "s1", days_ago=60), key(2, B, "s2", days_ago=14)]
+    found = found_keys(keys, [1, 2])
+    plain, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False)
+    assert [A, B] == order(plain)
+    when = implied_date("what did I cook two weeks ago", NOW)
+    priors = Priors(query="what did I cook two weeks ago", date=when, date_weight=0.5)
+    dated, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False, priors)
+    assert [B, A] == order(dated)
+
+
+def test_a_turn_whose_speaker_the_query_names_gets_the_bonus() -> None:
+    """ "What did Caroline ...": Caroline's turn overtakes Melanie's slightly better one."""
+    keys = [key(1, A, "s1", speaker="Melanie"), key(2, B, "s1", speaker="Caroline")]
+    found = found_keys(keys, [1, 2])
+    priors = Priors(query="What did Caroline paint?", speaker_bonus=0.5)
+    items, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False, priors)
+    assert [B, A] == order(items)
+    assert all(item.score <= 1.0 for item in items)

@@ -9,9 +9,11 @@ from memoryd.services.indexer.items import (
     Delete,
     DeleteWhere,
     Upsert,
+    first_person_facts,
     memory_upsert,
     plan,
     point_id,
+    speaker_of,
     turn_upsert,
 )
 from memoryd.shared.contracts.events import (
@@ -64,7 +66,7 @@ def test_forgetting_by_key_deletes_the_point_remember_by_key_made() -> None:
     """Forget by key removes the point of the memory the client stored under that key."""
     memory_id = memory_id_for_key(ALICE, "drink")
     stored = memory_upsert(remembered(ALICE, memory_id))
-    forgotten = plan([MemoryForgotten(occurred_at=NOW, scope=ALICE, key="drink")])
+    forgotten = plan([MemoryForgotten(occurred_at=NOW, scope=ALICE, key="drink")])[0]
     assert [Delete((stored.id,))] == forgotten
 
 
@@ -72,13 +74,13 @@ def test_another_user_cannot_delete_or_overwrite_a_point_by_naming_its_id() -> N
     """A point id includes its owner, so the same memory id from another user is another point."""
     memory_id = uuid.uuid4()
     assert point_id(memory_id, "memory", ALICE) != point_id(memory_id, "memory", MALLORY)
-    attack = plan([MemoryForgotten(occurred_at=NOW, scope=MALLORY, memory_id=memory_id)])
+    attack = plan([MemoryForgotten(occurred_at=NOW, scope=MALLORY, memory_id=memory_id)])[0]
     assert [Delete((point_id(memory_id, "memory", MALLORY),))] == attack
 
 
 def test_session_end_clears_only_that_sessions_conversation_memories() -> None:
     """A session end deletes conversation-category memories of that user's session."""
-    [op] = plan([SessionEnded(occurred_at=NOW, scope=ALICE)])
+    [op] = plan([SessionEnded(occurred_at=NOW, scope=ALICE)])[0]
     assert isinstance(op, DeleteWhere)
     assert ("alice", "s1", ("memory",), (Category.CONVERSATION.value,)) == (
         op.filter.user_id,
@@ -98,6 +100,74 @@ def test_an_expired_memory_is_deleted_and_other_events_do_nothing() -> None:
         source_event_id=uuid.uuid4(),
         expires_at=NOW,
     )
-    ops = plan([expired])
+    ops = plan([expired])[0]
     assert [Delete((point_id(memory_id, "memory", ALICE),))] == ops
-    assert all(isinstance(op, Upsert) for op in plan([remembered(ALICE, memory_id)]))
+    assert all(isinstance(op, Upsert) for op in plan([remembered(ALICE, memory_id)])[0])
+
+
+def turn(query: str = "", response: str = "", scope: Scope = ALICE) -> TurnRecorded:
+    return TurnRecorded(occurred_at=NOW, scope=scope, query=query, response=response)
+
+
+def upserts(events: list[TurnRecorded]) -> list[Upsert]:
+    return [op for op in plan(events)[0] if isinstance(op, Upsert)]
+
+
+def test_a_short_previous_turn_and_the_reply_are_indexed_together_as_the_reply() -> None:
+    """A question, then "Twice a week.": one window key holds both, mapped to the reply."""
+    question, reply = turn(query="How often do you run?"), turn(response="Twice a week.")
+    keys = upserts([question, reply])
+    [window] = [op for op in keys if op.payload.extra["key"] == "window"]
+    assert "How often do you run?\nTwice a week." == window.text
+    assert str(reply.event_id) == window.payload.turn_id
+    assert str(turn_upsert(reply).id) == window.payload.extra["of"]
+    assert "Twice a week." == window.payload.extra["text"]
+
+
+def test_a_long_previous_turn_makes_no_window() -> None:
+    """A previous turn over 40 words carries its own context: no window key."""
+    keys = upserts([turn(response=" ".join(["word"] * 41)), turn(query="Thanks, that helps.")])
+    assert all(op.payload.extra["key"] != "window" for op in keys)
+
+
+def test_windows_continue_across_batches_and_never_cross_sessions() -> None:
+    """A turn carried over from an earlier batch joins the next; another session's does not."""
+    first = turn(query="Where did you go?")
+    _, last = plan([first])
+    ops, _ = plan([turn(response="To Lisbon.")], last)
+    assert any(op.payload.extra["key"] == "window" for op in ops if isinstance(op, Upsert))
+    elsewhere = turn(response="To Lisbon.", scope=ALICE.model_copy(update={"session_id": "s2"}))
+    ops, _ = plan([elsewhere], last)
+    assert all(op.payload.extra["key"] != "window" for op in ops if isinstance(op, Upsert))
+
+
+def test_first_person_sentences_of_the_user_become_fact_keys_of_the_turn() -> None:
+    """Each "I ..."/"My ..." sentence of four words or more is a key mapping back to the turn."""
+    event = turn(query="Hi! I adopted a greyhound last month. I see. My sister loves him. Cool.")
+    facts = [op for op in upserts([event]) if op.payload.extra["key"] == "fact"]
+    assert ["I adopted a greyhound last month.", "My sister loves him."] == [f.text for f in facts]
+    assert {str(turn_upsert(event).id)} == {f.payload.extra["of"] for f in facts}
+    assert {str(event.event_id)} == {f.payload.turn_id for f in facts}
+
+
+def test_the_agents_first_person_sentences_are_not_facts_about_the_user() -> None:
+    """An agent's "I would recommend ..." is about the agent: no fact key."""
+    keys = upserts([turn(response="I would recommend a long walk every day.")])
+    assert ["turn"] == [op.payload.extra["key"] for op in keys]
+
+
+def test_keys_are_deterministic_and_a_transcript_speaker_is_recorded() -> None:
+    """Planning the same events twice gives the same point ids; "Name: ..." names the speaker."""
+    events = [
+        turn(query="Mel: How was the trip?"),
+        turn(response="Caroline: I loved every minute of it."),
+    ]
+    assert [op.id for op in upserts(events)] == [op.id for op in upserts(events)]
+    assert {"Caroline"} == {op.payload.extra.get("speaker") for op in upserts(events)[1:]}
+
+
+def test_speaker_and_facts_of_a_transcript_line() -> None:
+    """The speaker's name is not part of a fact; a line with no "Name: " has no speaker."""
+    assert "Caroline" == speaker_of("Caroline: I went to the beach.")
+    assert speaker_of("I went to the beach: it was nice.") is None
+    assert ["I went to the beach."] == first_person_facts("Caroline: I went to the beach. Fun!")

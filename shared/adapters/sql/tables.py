@@ -157,8 +157,18 @@ graph_items = Table(
     Index("ix_graph_items_memory", "tenant", "user_id", "memory_id"),
 )
 
+# The last turn of each conversation the indexer has seen: the next turn's window key joins it.
+index_last_turns = Table(
+    "index_last_turns",
+    metadata,
+    Column("conversation_id", Uuid, primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("text", Text, nullable=False),
+)
+
 RETRIEVAL_READ_MODELS = (
     item_access,
+    index_last_turns,
     memory_expirations,
     graph_nodes,
     graph_edges,
@@ -167,7 +177,7 @@ RETRIEVAL_READ_MODELS = (
 )
 # Which consumer folds which of these tables: replaying other projections leaves them alone.
 PROJECTION_TABLES: dict[str, tuple[Table, ...]] = {
-    subjects.INDEXER_CONSUMER: (item_access, memory_expirations),
+    subjects.INDEXER_CONSUMER: (item_access, memory_expirations, index_last_turns),
     subjects.GRAPH_CONSUMER: (graph_nodes, graph_edges, graph_mentions, graph_items),
 }
 # --- end issue 4 ---------------------------------------------------------------------------
