@@ -26,19 +26,19 @@ from memoryd.services.indexer import retention
 from memoryd.services.indexer.items import KeyOptions
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
-from memoryd.services.mtm.decisions import (  # issue 3
+from memoryd.services.mtm.decisions import (
     DecisionLog,
     JetStreamDecisionLog,
     NoDecisions,
 )
-from memoryd.services.mtm.projection import MtmProjection  # issue 3
-from memoryd.services.persona.projection import PersonaProjection  # issue 3
+from memoryd.services.mtm.projection import MtmProjection
+from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.service import handle_recall
-from memoryd.services.recall.tiers import TierRecall  # issue 3
+from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
-from memoryd.services.stm.chain import ChainProjection  # issue 3
+from memoryd.services.stm.chain import ChainProjection
 from memoryd.services.stm.projection import StmProjection
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
@@ -59,13 +59,13 @@ from memoryd.shared.adapters.nats_log import (
 )
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
-from memoryd.shared.domain.memoryos import MemoryOsParams  # issue 3
+from memoryd.shared.domain.memoryos import MemoryOsParams
 from memoryd.shared.settings import Settings
 
 log = structlog.get_logger(__name__)
 
 Component = Literal["stm", "memories", "recall", "indexer", "graph", "chain", "mtm", "persona"]
-# issue 3: "chain", "mtm", "persona" are the MemoryOS tier workers.
+# "chain", "mtm", "persona" are the MemoryOS tier workers.
 ALL_COMPONENTS: tuple[Component, ...] = (
     "stm",
     "memories",
@@ -111,7 +111,7 @@ class Stack:
         return self.retrieval
 
 
-# --- issue 4: hybrid retrieval resources ------------------------------------------------------
+# --- hybrid retrieval resources ------------------------------------------------------
 @dataclass(frozen=True)
 class Retrieval:
     """What the indexer, graph and hybrid recall share: built once per stack."""
@@ -186,8 +186,8 @@ async def open_retrieval(
             base_url=settings.llm_base_url,
             model=settings.llm_model,
             api_key=settings.llm_api_key,
-            timeout=settings.llm_timeout_seconds,  # issue 3
-            attempts=settings.llm_attempts,  # issue 3
+            timeout=settings.llm_timeout_seconds,
+            attempts=settings.llm_attempts,
         )
         exit_stack.push_async_callback(llm.aclose)
     return Retrieval(embedder, index, llm)
@@ -197,10 +197,7 @@ def _needs_retrieval(components: Sequence[Component]) -> bool:
     return bool({"indexer", "graph", "recall", "chain", "mtm", "persona"} & set(components))
 
 
-# --- end issue 4 -----------------------------------------------------------------------------
-
-
-# --- issue 3: MemoryOS tier workers -----------------------------------------------------------
+# --- MemoryOS tier workers -----------------------------------------------------------
 def memoryos_params(settings: Settings) -> MemoryOsParams:
     """Return the MemoryOS parameters the settings choose (the paper's by default)."""
     return MemoryOsParams(
@@ -238,14 +235,11 @@ def build_memoryos_projections(
     return projections
 
 
-# --- end issue 3 -----------------------------------------------------------------------------
-
-
 def build_projections(
     settings: Settings,
     components: Sequence[Component],
     retrieval: Retrieval | None = None,
-    decisions: DecisionLog | None = None,  # issue 3: where tier workers record decisions
+    decisions: DecisionLog | None = None,  # where tier workers record decisions
 ) -> list[Projection]:
     """Return the projections the chosen components run.
 
@@ -282,7 +276,7 @@ def subscribe_recall(
     sessions: async_sessionmaker[AsyncSession],
     retriever: HybridRetriever | None = None,
     publisher: EventPublisher | None = None,
-    tiers: TierRecall | None = None,  # issue 3
+    tiers: TierRecall | None = None,
 ) -> None:
     """Attach the recall request-reply handler (a queue group, so replicas share the load)."""
     record_visit = publisher.publish if publisher is not None else None
@@ -337,7 +331,7 @@ async def start_stack(
         )
         runners = {}
         workers = []
-        decisions = JetStreamDecisionLog(js, settings.stream_name)  # issue 3
+        decisions = JetStreamDecisionLog(js, settings.stream_name)
         for projection in build_projections(settings, components, retrieval, decisions):
             runner = ProjectionRunner(
                 projection,
@@ -354,7 +348,7 @@ async def start_stack(
             exit_stack.push_async_callback(worker.stop)
             runners[projection.consumer] = runner
             workers.append(worker)
-        if "indexer" in components:  # issue 4: daily memories expire as events
+        if "indexer" in components:  # daily memories expire as events
             sweep = asyncio.create_task(
                 retention.sweep_forever(
                     sessions, publisher.publish_many, settings.retention_sweep_seconds
@@ -370,7 +364,7 @@ async def start_stack(
                 if retrieval is not None
                 else None
             )
-            tiers = (  # issue 3
+            tiers = (
                 TierRecall(retrieval.embedder, memoryos_params(settings))
                 if retrieval is not None
                 else None

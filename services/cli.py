@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--recalls", type=int, default=2_000)
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
-    # --- issue 4: memoryd bench retrieval ---
+    # --- memoryd bench retrieval ---
     retrieval = bench_sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
     retrieval.add_argument("--data", type=Path, default=Path("../shared/bench"))
     retrieval.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -153,7 +153,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rank sessions by their first recalled turn, not by recall's session ranking",
     )
-    # --- end issue 4 ---
     return parser
 
 
@@ -184,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         asyncio.run(
             run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out)
         )
-    elif args.command == "bench" and args.bench == "retrieval":  # issue 4
+    elif args.command == "bench" and args.bench == "retrieval":
         from memoryd.services.bench.retrieval import BenchOptions, run_retrieval_bench
 
         chosen = ("longmemeval", "locomo") if args.dataset == "all" else (args.dataset,)

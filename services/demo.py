@@ -48,11 +48,11 @@ async def run_demo(client: MemoryClient, out: list[str] | None = None) -> list[s
         f"After the session ended, memories left: {[m.content for m in after.memories]} "
         "(the conversation-category one is gone)"
     )
-    await run_tiers_demo(client, lines)  # issue 3
+    await run_tiers_demo(client, lines)
     return lines
 
 
-# --- issue 3: the MemoryOS tiers filling as a longer conversation plays ----------------------
+# --- the MemoryOS tiers filling as a longer conversation plays ----------------------
 LONG_CONVERSATION = (
     ("I moved to Lisbon last month.", "Welcome to Lisbon! How are you settling in?"),
     ("I work as a nurse at the city hospital.", "Night shifts must be tiring; take care."),
@@ -108,6 +108,3 @@ async def run_tiers_demo(client: MemoryClient, out: list[str] | None = None) -> 
     lines.append("Recall for 'where does the user live?':")
     lines.append(answer.memoryos.context)
     return lines
-
-
-# --- end issue 3 -----------------------------------------------------------------------------

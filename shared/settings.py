@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     ack_wait_seconds: float = Field(default=30.0, gt=0)
     daily_ttl_days: int = Field(default=30, ge=1)
 
-    # --- issue 4: hybrid retrieval (index, embeddings, graph, recall scoring, retention) ---
+    # --- hybrid retrieval (index, embeddings, graph, recall scoring, retention) ---
     # A Qdrant server (production); unset means Qdrant Edge in-process under data_dir/index.
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
@@ -76,9 +76,8 @@ class Settings(BaseSettings):
     weight_date: float = Field(default=0.5, ge=0)
     # How often the retention sweep looks for expired daily memories.
     retention_sweep_seconds: float = Field(default=3_600.0, gt=0)
-    # --- end issue 4 ---
 
-    # --- issue 3: MemoryOS tiers (the LLM steps; embeddings use the embedding_* fields) ---
+    # --- MemoryOS tiers (the LLM steps; embeddings use the embedding_* fields) ---
     # An OpenAI-compatible chat endpoint; unset means the deterministic offline extractor.
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
@@ -96,7 +95,6 @@ class Settings(BaseSettings):
     recall_top_k: int = Field(default=10, ge=1)
     lpm_knowledge_capacity: int = Field(default=100, ge=1)
     lpm_agent_traits_capacity: int = Field(default=100, ge=1)
-    # --- end issue 3 ---
 
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"

@@ -24,22 +24,20 @@ RECALL_QUEUE = "memoryd-recall"
 # Durable consumer names, one per projection; each is also its tracking key in SQL.
 STM_CONSUMER = "memoryd-stm"
 MEMORIES_CONSUMER = "memoryd-memories"
-# --- issue 4: hybrid retrieval workers ---
+# --- hybrid retrieval workers ---
 INDEXER_CONSUMER = "memoryd-indexer"
 GRAPH_CONSUMER = "memoryd-graph"
-# --- end issue 4 ---
-# --- issue 3: MemoryOS tier workers ---
+# --- MemoryOS tier workers ---
 CHAIN_CONSUMER = "memoryd-stm-chain"
 MTM_CONSUMER = "memoryd-mtm"
 PERSONA_CONSUMER = "memoryd-persona"
 MEMORYOS_CONSUMERS = (CHAIN_CONSUMER, MTM_CONSUMER, PERSONA_CONSUMER)
-# --- end issue 3 ---
 PROJECTION_CONSUMERS = (
     STM_CONSUMER,
     MEMORIES_CONSUMER,
     INDEXER_CONSUMER,
     GRAPH_CONSUMER,
-    *MEMORYOS_CONSUMERS,  # issue 3
+    *MEMORYOS_CONSUMERS,
 )
 
 # Headers on dead letters.

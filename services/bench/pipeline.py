@@ -141,7 +141,7 @@ async def run_pipeline_bench(
             results = await _measure(settings, events, recalls, concurrency, rng)
         finally:
             await server.astop()
-    results.update(await measure_memoryos(base))  # issue 3
+    results.update(await measure_memoryos(base))
     _write(results, out)
     return results
 
@@ -215,7 +215,7 @@ def _write(results: dict[str, Any], out: Path) -> None:
         print(f"{key:>28}: {value}")
 
 
-# --- issue 3: turns/s through the MemoryOS tiers next to the embedder's own throughput -------
+# --- turns/s through the MemoryOS tiers next to the embedder's own throughput -------
 MEMORYOS_COMPONENTS: tuple[Component, ...] = ("stm", "chain", "mtm", "persona")
 LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "locomo_dev.json"
 
@@ -285,6 +285,3 @@ async def measure_memoryos(
         "memoryos_embedder_texts_per_s": round(embedder_rate, 1),
         "memoryos_pipeline_vs_embedder": round(rate / embedder_rate, 3),
     }
-
-
-# --- end issue 3 -----------------------------------------------------------------------------

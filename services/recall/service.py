@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall import queries
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
-from memoryd.services.recall.tiers import TierRecall  # issue 3
+from memoryd.services.recall.tiers import TierRecall
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.recall import (
     MemoryItem,
@@ -95,7 +95,7 @@ async def recall(
     return RecallResponse(pages=pages, memories=ranked, context=context, tokens=tokens)
 
 
-# --- issue 4: hybrid retrieval ---------------------------------------------------------------
+# --- hybrid retrieval ---------------------------------------------------------------
 RecordVisit = Callable[[Event], Awaitable[object]]
 
 
@@ -140,15 +140,12 @@ def visit_of(request: RecallRequest, response: RecallResponse, now: datetime) ->
     return MemoriesRecalled(occurred_at=now, scope=request.scope, item_ids=ids)
 
 
-# --- end issue 4 -----------------------------------------------------------------------------
-
-
 async def handle_recall(
     sessions: async_sessionmaker[AsyncSession],
     body: bytes,
     retriever: HybridRetriever | None = None,
     record_visit: RecordVisit | None = None,
-    tiers: TierRecall | None = None,  # issue 3: the MemoryOS context
+    tiers: TierRecall | None = None,  # the MemoryOS context
 ) -> bytes:
     """Decode a request, answer it, and encode the reply (an error reply for bad input).
 
@@ -168,12 +165,11 @@ async def handle_recall(
             visit = visit_of(request, reply, now) if record_visit is not None else None
             if visit is not None and record_visit is not None:
                 await record_visit(visit)
-            # --- issue 3: add the MemoryOS tiers; record the segments used (their heat) ---
+            # --- add the MemoryOS tiers; record the segments used (their heat) ---
             if tiers is not None:
                 reply, segments_visit = await tiers.enrich(sessions, request, reply, now)
                 if segments_visit is not None and record_visit is not None:
                     await record_visit(segments_visit)
-            # --- end issue 3 ---
         except Exception:
             log.exception("recall_failed", tenant=request.scope.tenant)
             reply = RecallError(code="internal", message="recall failed; see the service log")

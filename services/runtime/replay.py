@@ -106,7 +106,7 @@ def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:
     return events
 
 
-# --- issue 4: a partial replay leaves the tables of projections it does not replay alone ---
+# --- a partial replay leaves the tables of projections it does not replay alone ---
 async def _drop_replayed(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], consumers: Sequence[str]
 ) -> None:
@@ -133,9 +133,6 @@ async def _drop_replayed(
         await session.execute(
             delete(tracking_table).where(tracking_table.c.consumer.not_in(owners))
         )
-
-
-# --- end issue 4 ---
 
 
 async def replay(

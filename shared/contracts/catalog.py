@@ -19,7 +19,7 @@ from memoryd.shared.contracts.events import (
     TurnRecorded,
 )
 
-# --- issue 3: MemoryOS tiers ---
+# --- MemoryOS tiers ---
 from memoryd.shared.contracts.memoryos import (
     MEMORYOS_EVENTS,
     LlmStepFailed,
@@ -42,9 +42,8 @@ MemoryOsEvent = (
     | PersonaExtracted
     | LlmStepFailed
 )
-# --- end issue 3 ---
 
-# --- issue 4: hybrid retrieval ---
+# --- hybrid retrieval ---
 from memoryd.shared.contracts.retrieval import (  # noqa: E402 (kept in its own block)
     GraphExtracted,
     MemoriesRecalled,
@@ -53,7 +52,6 @@ from memoryd.shared.contracts.retrieval import (  # noqa: E402 (kept in its own 
 
 RetrievalEvent = MemoriesRecalled | MemoryExpired | GraphExtracted
 RETRIEVAL_EVENTS: tuple[type[Event], ...] = (MemoriesRecalled, MemoryExpired, GraphExtracted)
-# --- end issue 4 ---
 
 AnyEvent = Annotated[
     TurnRecorded
@@ -61,8 +59,8 @@ AnyEvent = Annotated[
     | MemoryForgotten
     | SessionEnded
     | PageEvicted
-    | MemoryOsEvent  # issue 3
-    | RetrievalEvent,  # issue 4
+    | MemoryOsEvent
+    | RetrievalEvent,
     Field(discriminator="type"),
 ]
 
@@ -72,8 +70,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryForgotten,
     SessionEnded,
     PageEvicted,
-    *MEMORYOS_EVENTS,  # issue 3
-    *RETRIEVAL_EVENTS,  # issue 4
+    *MEMORYOS_EVENTS,
+    *RETRIEVAL_EVENTS,
 )
 
 event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)

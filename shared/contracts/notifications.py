@@ -13,7 +13,7 @@ NotificationKind = Literal[
     "memory.stored",
     "memory.forgotten",
     "session.cleared",
-    # issue 3: MemoryOS tiers
+    # MemoryOS tiers
     "page.filed",
     "segment.promoted",
     "segment.evicted",

@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 from memoryd.shared.contracts.events import MAX_TEXT_CHARS, Category, MemoryType
 from memoryd.shared.contracts.scope import Scope, SearchScope
 
-# --- issue 4: hybrid retrieval contracts ---------------------------------------------------
+# --- hybrid retrieval contracts ---------------------------------------------------
 ItemKind = Literal["turn", "page", "segment", "fact", "memory"]
 
 
@@ -90,10 +90,7 @@ class SessionHit(BaseModel):
     score: float
 
 
-# --- end issue 4 -------------------------------------------------------------------------
-
-
-# --- issue 3: the MemoryOS context (STM chain, MTM segments and pages, LPM persona) -------
+# --- the MemoryOS context (STM chain, MTM segments and pages, LPM persona) -------
 class Provenance(BaseModel):
     """Where an item came from: the turns and sessions that stated it."""
 
@@ -179,9 +176,6 @@ class MemoryOsContext(BaseModel):
     context: str = ""
 
 
-# --- end issue 3 -------------------------------------------------------------------------
-
-
 class RecallRequest(BaseModel):
     """Ask for the memory context that answers ``query`` for ``scope``."""
 
@@ -193,7 +187,7 @@ class RecallRequest(BaseModel):
     limit: int = Field(default=10, ge=1, le=100)
     max_tokens: int = Field(default=2_000, ge=1, le=200_000)
     include_pages: bool = True
-    # --- issue 4: hybrid retrieval options (all optional; defaults come from the service) ---
+    # --- hybrid retrieval options (all optional; defaults come from the service) ---
     filters: RecallFilters | None = None
     weights: StreamWeights | None = None
     rrf_k: int | None = Field(default=None, ge=1, le=1_000)
@@ -203,7 +197,6 @@ class RecallRequest(BaseModel):
     # "Now" for this request (default: the service clock): relative dates in the query ("two
     # weeks ago") and decay are reckoned from it, e.g. when an agent replays a past dialogue.
     as_of: AwareDatetime | None = None
-    # --- end issue 4 ---
 
 
 class PageItem(BaseModel):
@@ -217,7 +210,7 @@ class PageItem(BaseModel):
     query: str
     response: str
     occurred_at: datetime
-    meta_chain: str = ""  # issue 3: the summary of the chain this page belongs to
+    meta_chain: str = ""  # the summary of the chain this page belongs to
 
 
 class MemoryItem(BaseModel):
@@ -250,9 +243,9 @@ class RecallResponse(BaseModel):
     memories: list[MemoryItem]
     context: str
     tokens: int
-    items: list[RetrievedItem] = []  # issue 4: hybrid retrieval results, best first
-    sessions: list[SessionHit] = []  # issue 4: the sessions the items came from, best first
-    memoryos: MemoryOsContext = MemoryOsContext()  # issue 3: the MemoryOS tiers
+    items: list[RetrievedItem] = []  # hybrid retrieval results, best first
+    sessions: list[SessionHit] = []  # the sessions the items came from, best first
+    memoryos: MemoryOsContext = MemoryOsContext()  # the MemoryOS tiers
 
 
 class RecallError(BaseModel):

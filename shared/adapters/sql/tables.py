@@ -71,7 +71,7 @@ memories = Table(
     Index("ix_memories_session", "tenant", "user_id", "session_id", "category"),
 )
 
-# --- issue 4: hybrid retrieval (indexer access counts, knowledge graph) -----------------------
+# --- hybrid retrieval (indexer access counts, knowledge graph) -----------------------
 
 # How often, and when last, recall returned an indexed item (folded from memories.recalled).
 item_access = Table(
@@ -180,9 +180,8 @@ PROJECTION_TABLES: dict[str, tuple[Table, ...]] = {
     subjects.INDEXER_CONSUMER: (item_access, memory_expirations, index_last_turns),
     subjects.GRAPH_CONSUMER: (graph_nodes, graph_edges, graph_mentions, graph_items),
 }
-# --- end issue 4 ---------------------------------------------------------------------------
 
-# --- issue 3: MemoryOS tiers (STM meta chain, MTM segments and pages, LPM persona) --------
+# --- MemoryOS tiers (STM meta chain, MTM segments and pages, LPM persona) --------
 
 # The continuity verdict and chain summary of each recent page (last stm_capacity per chat).
 stm_chain = Table(
@@ -257,6 +256,5 @@ lpm_extractions = Table(
 )
 
 MEMORYOS_READ_MODELS = (stm_chain, mtm_segments, mtm_pages, lpm_personas, lpm_extractions)
-# --- end issue 3 -------------------------------------------------------------------------
 
 READ_MODELS = (stm_pages, memories, *RETRIEVAL_READ_MODELS, *MEMORYOS_READ_MODELS)
