@@ -46,12 +46,8 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
-def writer_engine(engine: AsyncEngine) -> AsyncEngine:
-    """Return ``engine`` for transactions that write (on SQLite they take the lock first)."""
-    return engine.execution_options(**{WRITER: True})
-
-
 def session_factory(engine: AsyncEngine, *, writer: bool = True) -> async_sessionmaker:  # type: ignore[type-arg]
     """Return a session factory; ``writer=False`` for read-only callers such as recall."""
-    bind = writer_engine(engine) if writer else engine
+    # Writers' transactions take SQLite's write lock first (see _sqlite_begin).
+    bind = engine.execution_options(**{WRITER: True}) if writer else engine
     return async_sessionmaker(bind, expire_on_commit=False)
