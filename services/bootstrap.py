@@ -45,6 +45,7 @@ from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     Embedder,
+    MemoryEmbeddingStore,
     SentenceTransformerEmbedder,
     SqlEmbeddingStore,
     build_embedder,
@@ -119,19 +120,27 @@ class Retrieval:
     embedder: Embedder
     index: SearchIndex
     llm: MemoryLlm
+    # Recall's own: a query never waits behind a worker's batch of hundreds of texts, and
+    # never writes to the SQL cache (query texts seldom repeat; the few that do stay in memory).
+    query_embedder: Embedder
+
+
+EmbedderRole = Literal["workers", "queries"]
 
 
 @functools.cache
-def _local_minilm() -> SentenceTransformerEmbedder:
-    # One model per process: the embedded default, the CLI and tests start several stacks in
-    # one process, and loading MiniLM costs seconds. It loads lazily, on the first embed.
+def _local_minilm(role: EmbedderRole) -> SentenceTransformerEmbedder:
+    # One model per process and role: the embedded default, the CLI and tests start several
+    # stacks in one process, and loading MiniLM costs seconds. Queries get their own instance
+    # (~90 MB) because a model encodes one call at a time and a worker's call can take seconds.
+    # It loads lazily, on the first embed.
     return SentenceTransformerEmbedder()
 
 
-def build_model(settings: Settings) -> Embedder:
-    """Return the configured embedding model (uncached)."""
+def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
+    """Return the configured embedding model (uncached); a local model has one per role."""
     if settings.embedding_kind == "local" and settings.embedding_model is None:
-        return _local_minilm()
+        return _local_minilm(role)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model
@@ -190,7 +199,9 @@ async def open_retrieval(
             attempts=settings.llm_attempts,
         )
         exit_stack.push_async_callback(llm.aclose)
-    return Retrieval(embedder, index, llm)
+    query_model = model or build_model(settings, "queries")
+    queries = CachedEmbedder(query_model, MemoryEmbeddingStore(settings.query_cache_entries))
+    return Retrieval(embedder, index, llm, queries)
 
 
 def _needs_retrieval(components: Sequence[Component]) -> bool:
@@ -359,13 +370,16 @@ async def start_stack(
         if "recall" in components:
             retriever = (
                 HybridRetriever(
-                    retrieval.index, retrieval.embedder, readers, Tuning.from_settings(settings)
+                    retrieval.index,
+                    retrieval.query_embedder,
+                    readers,
+                    Tuning.from_settings(settings),
                 )
                 if retrieval is not None
                 else None
             )
             tiers = (
-                TierRecall(retrieval.embedder, memoryos_params(settings))
+                TierRecall(retrieval.query_embedder, memoryos_params(settings))
                 if retrieval is not None
                 else None
             )

@@ -153,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rank sessions by their first recalled turn, not by recall's session ranking",
     )
+    retrieval.add_argument(
+        "--dump", action="store_true", help="also write every question's rankings (JSON lines)"
+    )
     return parser
 
 
@@ -197,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             max_per_session=args.max_per_session,
             session_ranking=not args.first_turn_sessions,
             candidates=args.candidates,
+            dump=args.dump,
         )
         asyncio.run(run_retrieval_bench(settings, options))
 

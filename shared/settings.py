@@ -48,11 +48,14 @@ class Settings(BaseSettings):
     embedding_model: str | None = None
     embedding_base_url: str | None = None
     embedding_api_key: str | None = None
+    # Recall keeps the vectors of recent query texts in memory (a repeated question skips the
+    # model); workers' vectors go to the SQL cache instead, so replay needs no model.
+    query_cache_entries: int = Field(default=10_000, ge=1)
     # Weighted reciprocal rank fusion: sum of weight / (rrf_k + rank) over the streams.
     rrf_k: int = Field(default=60, ge=1)
     weight_bm25: float = Field(default=1.0, ge=0)
     weight_dense: float = Field(default=1.0, ge=0)
-    weight_graph: float = Field(default=1.0, ge=0)
+    weight_graph: float = Field(default=0.25, ge=0)  # see StreamWeights
     # Temporal decay exp(-rate * hours since the item happened); evergreen items are exempt.
     # 0.0005/h halves a score in about 58 days.
     decay_per_hour: float = Field(default=0.0005, ge=0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import platform
 import re
 import statistics
@@ -39,6 +40,7 @@ from memoryd.services.bench.datasets import (
 from memoryd.services.bench.metrics import Evaluation, evaluate
 from memoryd.services.bench.report import BenchReport, render_markdown, write_report
 from memoryd.services.bootstrap import Component, start_stack
+from memoryd.services.recall.hybrid import STREAMS
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.adapters.embeddings import CachedEmbedder, SqlEmbeddingStore
@@ -52,11 +54,13 @@ from memoryd.shared.settings import Settings
 log = structlog.get_logger(__name__)
 
 DATASETS = ("longmemeval", "locomo")
-SYSTEMS: Mapping[str, StreamWeights] = {
+# Each stream alone, the two index streams, and "fused": the service's configured weights
+# (MEMORYD_WEIGHT_BM25 / _DENSE / _GRAPH), so the last column is what a deployment gets.
+SYSTEMS: Mapping[str, StreamWeights | None] = {
     "bm25": StreamWeights(bm25=1.0, dense=0.0, graph=0.0),
     "dense": StreamWeights(bm25=0.0, dense=1.0, graph=0.0),
     "bm25+dense": StreamWeights(bm25=1.0, dense=1.0, graph=0.0),
-    "fused": StreamWeights(bm25=1.0, dense=1.0, graph=1.0),
+    "fused": None,
 }
 TARGETS: Mapping[str, Mapping[str, float]] = {
     "longmemeval": {
@@ -90,6 +94,8 @@ class BenchOptions:
     candidates: int = 100
     # Rank sessions as recall ranks them (its per-session aggregation); False: by first turn.
     session_ranking: bool = True
+    # Also write every question's rankings (one JSON line per question and system).
+    dump: bool = False
 
 
 @dataclass
@@ -163,6 +169,17 @@ async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Inge
     return ingested
 
 
+@dataclass
+class SystemRun:
+    """One system's answers: its evaluation, the other session ranking's, and the rankings."""
+
+    evaluation: Evaluation
+    other: Evaluation
+    latencies: list[float]
+    turns: dict[str, list[str]]
+    sessions: dict[str, list[str]]
+
+
 @dataclass(frozen=True)
 class Ranked:
     """One recall's answer in dataset ids: turns and sessions best first, and its latency."""
@@ -176,7 +193,7 @@ async def rank(
     client: MemoryClient,
     scope: Scope,
     question: Question,
-    weights: StreamWeights,
+    weights: StreamWeights | None,
     options: BenchOptions,
     ingested: Ingested,
 ) -> Ranked:
@@ -209,10 +226,10 @@ async def run_system(
     client: MemoryClient,
     dataset: BenchDataset,
     ingested: Ingested,
-    weights: StreamWeights,
+    weights: StreamWeights | None,
     options: BenchOptions,
-) -> tuple[Evaluation, Evaluation, list[float]]:
-    """Ask every question with one system's weights; return its evaluation and latencies.
+) -> SystemRun:
+    """Ask every question with one system's weights; return its evaluation and rankings.
 
     The second evaluation ranks sessions the other way (by first turn instead of recall's
     session ranking, or the reverse), so the report shows what the aggregation is worth.
@@ -246,7 +263,7 @@ async def run_system(
         session_maps,
         sessions=None if options.session_ranking else session_rankings,
     )
-    return evaluation, other, latencies
+    return SystemRun(evaluation, other, latencies, rankings, session_rankings)
 
 
 async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
@@ -273,7 +290,7 @@ def _ms(values: Sequence[float], q: int) -> float:
 
 
 async def bench_dataset(
-    client: MemoryClient, stack_ready: Any, name: str, options: BenchOptions
+    client: MemoryClient, stack_ready: Any, name: str, options: BenchOptions, fused_weights: str
 ) -> BenchReport:
     """Ingest one dataset, wait until it is indexed, and score every system on it."""
     dataset = load(name, options)
@@ -293,20 +310,51 @@ async def bench_dataset(
         "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
         "agent_side_facts": str(name in TWO_PEOPLE),
         "machine": f"{platform.machine()} {platform.python_version()}",
+        "fused_weights": fused_weights,
     }
+    dumped: list[dict[str, Any]] = []
     for system, weights in SYSTEMS.items():
-        evaluation, other, latencies = await run_system(client, dataset, ingested, weights, options)
-        systems[system] = evaluation
-        means = other.overall.means
+        run = await run_system(client, dataset, ingested, weights, options)
+        systems[system] = run.evaluation
+        if options.dump:
+            dumped.extend(question_rows(dataset, system, run))
+        means = run.other.overall.means
         notes[f"{system}_other_session_ranking"] = " / ".join(
             f"{key} {means[key]:.3f}"
             for key in ("session.recall_all@5", "session.recall_any@5", "session.ndcg_any@10")
             if key in means
         )
-        notes[f"{system}_query_ms_p50"] = str(_ms(latencies, 50))
-        notes[f"{system}_query_ms_p99"] = str(_ms(latencies, 99))
+        notes[f"{system}_query_ms_p50"] = str(_ms(run.latencies, 50))
+        notes[f"{system}_query_ms_p99"] = str(_ms(run.latencies, 99))
         log.info("bench_system_done", dataset=name, system=system)
+    if dumped:
+        path = options.out / f"{report_stem(name, options)}_questions.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(row) + "\n" for row in dumped))
     return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
+
+
+def question_rows(dataset: BenchDataset, system: str, run: SystemRun) -> list[dict[str, Any]]:
+    """Return one row per question: what it asked, what was relevant, what came back."""
+    return [
+        {
+            "system": system,
+            "question_id": question.id,
+            "group": question.type_or_category,
+            "question": question.text,
+            "answer_sessions": list(question.answer_session_ids),
+            "answer_turns": list(question.answer_turn_ids),
+            "sessions": run.sessions.get(question.id, [])[:10],
+            "turns": run.turns.get(question.id, [])[:20],
+        }
+        for question in dataset.questions
+        if not question.abstention
+    ]
+
+
+def report_stem(name: str, options: BenchOptions) -> str:
+    """Name a dataset's report files: ``retrieval_<dataset>[_subset<N>]``."""
+    return f"retrieval_{name}" + (f"_subset{options.subset}" if options.subset else "")
 
 
 # Datasets whose "agent" side is a person too (LoCoMo: two friends chatting), so what that
@@ -372,12 +420,15 @@ async def _one(
                 await stack.retrieval.index.optimize()
 
         try:
-            report = await bench_dataset(client, optimised, name, options)
+            fused = " / ".join(
+                f"{stream} {getattr(settings, f'weight_{stream}')}" for stream in STREAMS
+            )
+            report = await bench_dataset(client, optimised, name, options, fused)
         finally:
             await client.close()
             await stack.stop()
             await server.astop()
-    stem = f"retrieval_{name}" + (f"_subset{options.subset}" if options.subset else "")
+    stem = report_stem(name, options)
     write_report(report, options.out / f"{stem}.json", options.out / f"{stem}.md")
     print(render_markdown(report))
     return report

@@ -9,6 +9,7 @@ edges whose relation the query names are walked. Invalidated edges are never wal
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import uuid
@@ -54,14 +55,32 @@ class Edge:
 def matched_entities(query: str, names: Iterable[str]) -> set[str]:
     """Return the entity keys the query names as whole words (and the user, if first person)."""
     folded = query.casefold()
-    found = {
-        key
-        for key in names
-        if key != USER_ENTITY and re.search(rf"(?<!\w){re.escape(key)}(?!\w)", folded)
-    }
+    found = {key for key in names if key != USER_ENTITY and names_word(key, folded)}
     if _FIRST_PERSON.search(folded):
         found.add(USER_ENTITY)
     return found
+
+
+def names_word(key: str, text: str) -> bool:
+    """Say whether ``key`` occurs in ``text`` with no word character on either side.
+
+    The same test as ``(?<!\\w)key(?!\\w)``, without compiling a pattern per name: a user's
+    graph knows thousands of names and each query checks them all.
+    """
+    if not key:
+        return False
+    start = text.find(key)
+    while start != -1:
+        end = start + len(key)
+        if not (_word_at(text, start - 1) or _word_at(text, end)):
+            return True
+        start = text.find(key, start + 1)
+    return False
+
+
+def _word_at(text: str, index: int) -> bool:
+    # What ``\w`` matches in a str pattern: alphanumerics and the underscore.
+    return 0 <= index < len(text) and (text[index].isalnum() or text[index] == "_")
 
 
 def relation_named(relation: str, query_terms: set[str]) -> bool:
@@ -70,19 +89,28 @@ def relation_named(relation: str, query_terms: set[str]) -> bool:
 
 
 def walk(start: set[str], edges: Sequence[Edge], query_terms: set[str]) -> dict[uuid.UUID, float]:
-    """Score the items whose edges a walk from ``start`` reaches, up to ``MAX_DEPTH`` hops."""
+    """Score the items whose edges a walk from ``start`` reaches, up to ``MAX_DEPTH`` hops.
+
+    Each hop visits only the edges that touch its frontier (an adjacency list), and whether
+    the query names a relation is decided once per distinct relation.
+    """
+    touching: dict[str, list[Edge]] = defaultdict(list)
+    for edge in edges:
+        touching[edge.source].append(edge)
+        if edge.target != edge.source:
+            touching[edge.target].append(edge)
+    named = functools.cache(lambda relation: relation_named(relation, query_terms))
     scores: dict[uuid.UUID, float] = defaultdict(float)
     frontier, seen = set(start), set(start)
     for hop in range(1, MAX_DEPTH + 1):
         reached: set[str] = set()
-        for edge in edges:
+        adjacent = {id(edge): edge for node in frontier for edge in touching.get(node, ())}
+        for edge in adjacent.values():
             ends = {edge.source, edge.target}
-            if not ends & frontier:
+            says = named(edge.relation)
+            if USER_ENTITY in ends & frontier and not says:
                 continue
-            named = relation_named(edge.relation, query_terms)
-            if USER_ENTITY in ends & frontier and not named:
-                continue
-            scores[edge.item_id] += (2.0 if named else 1.0) / hop
+            scores[edge.item_id] += (2.0 if says else 1.0) / hop
             reached |= ends - seen
         seen |= reached
         frontier = reached

@@ -28,13 +28,18 @@ class RecallFilters(BaseModel):
 
 
 class StreamWeights(BaseModel):
-    """The weight of each stream in reciprocal rank fusion; 0 turns a stream off."""
+    """The weight of each stream in reciprocal rank fusion; 0 turns a stream off.
+
+    The graph's default is a quarter: at full weight its entity matches outvoted better BM25
+    and dense ranks (LongMemEval-S dev recall_all@5 0.857 against 0.898 at 0.25, the same as
+    BM25 + dense alone); at a quarter it still lifts LoCoMo turn recall (0.760 vs 0.757).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bm25: float = Field(default=1.0, ge=0.0)
     dense: float = Field(default=1.0, ge=0.0)
-    graph: float = Field(default=1.0, ge=0.0)
+    graph: float = Field(default=0.25, ge=0.0)
 
 
 class StreamScore(BaseModel):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from memoryd.services.graph.extraction import name_key
-from memoryd.services.graph.search import Edge, matched_entities, walk
+from memoryd.services.graph.search import Edge, matched_entities, names_word, walk
 from memoryd.shared.adapters.index.sparse import terms
 
 LISBON, ANNA, GOOGLE = (uuid.UUID(int=n) for n in (1, 2, 3))
@@ -22,6 +26,16 @@ def test_names_match_as_whole_words_and_first_person_matches_the_user() -> None:
     assert {"anna"} == matched_entities("What does Anna like?", names)
     assert set() == matched_entities("What does Annabel like?", names)
     assert {"google", "user"} == matched_entities("Do I know anyone at Google?", names)
+
+
+_PIECES = st.text(alphabet="ab _-'.é1", max_size=12)
+
+
+@given(key=_PIECES.filter(bool), text=_PIECES)
+def test_whole_word_match_agrees_with_the_regular_expression(key: str, text: str) -> None:
+    """The fast scan finds a name exactly where ``(?<!\\w)name(?!\\w)`` would."""
+    expected = re.search(rf"(?<!\w){re.escape(key)}(?!\w)", text) is not None
+    assert names_word(key, text) == expected
 
 
 def test_the_walk_reaches_two_hops_and_prefers_named_relations() -> None:
