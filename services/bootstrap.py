@@ -43,6 +43,7 @@ from memoryd.services.stm.projection import StmProjection
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.adapters.embeddings import (
+    BatchingEmbedder,
     CachedEmbedder,
     Embedder,
     MemoryEmbeddingStore,
@@ -120,8 +121,9 @@ class Retrieval:
     embedder: Embedder
     index: SearchIndex
     llm: MemoryLlm
-    # Recall's own: a query never waits behind a worker's batch of hundreds of texts, and
-    # never writes to the SQL cache (query texts seldom repeat; the few that do stay in memory).
+    # Recall's own: a query never waits behind a worker's batch of hundreds of texts, shares
+    # a model call with the queries that arrive meanwhile, and never writes to the SQL cache
+    # (query texts seldom repeat; the few that do stay in memory).
     query_embedder: Embedder
 
 
@@ -200,7 +202,9 @@ async def open_retrieval(
         )
         exit_stack.push_async_callback(llm.aclose)
     query_model = model or build_model(settings, "queries")
-    queries = CachedEmbedder(query_model, MemoryEmbeddingStore(settings.query_cache_entries))
+    queries = CachedEmbedder(
+        BatchingEmbedder(query_model), MemoryEmbeddingStore(settings.query_cache_entries)
+    )
     return Retrieval(embedder, index, llm, queries)
 
 
@@ -288,16 +292,24 @@ def subscribe_recall(
     retriever: HybridRetriever | None = None,
     publisher: EventPublisher | None = None,
     tiers: TierRecall | None = None,
+    concurrency: int = 16,
 ) -> None:
-    """Attach the recall request-reply handler (a queue group, so replicas share the load)."""
+    """Attach the recall request-reply handler (a queue group, so replicas share the load).
+
+    A NATS subscriber handles one message at a time unless given workers; recall mostly
+    waits (SQL, the index, the model), so ``concurrency`` requests are answered at once.
+    """
     record_visit = publisher.publish if publisher is not None else None
 
     async def recall(body: Any) -> bytes:
         return await handle_recall(sessions, body, retriever, record_visit, tiers)
 
-    broker.subscriber(subjects.RECALL_SUBJECT, queue=subjects.RECALL_QUEUE, decoder=_raw_bodies)(
-        recall
-    )
+    broker.subscriber(
+        subjects.RECALL_SUBJECT,
+        queue=subjects.RECALL_QUEUE,
+        decoder=_raw_bodies,
+        max_workers=concurrency,
+    )(recall)
 
 
 async def start_stack(
@@ -383,7 +395,9 @@ async def start_stack(
                 if retrieval is not None
                 else None
             )
-            subscribe_recall(broker, readers, retriever, publisher, tiers)
+            subscribe_recall(
+                broker, readers, retriever, publisher, tiers, settings.recall_concurrency
+            )
         await broker.start()
         exit_stack.push_async_callback(broker.stop)
     except BaseException:

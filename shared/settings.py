@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     # Recall keeps the vectors of recent query texts in memory (a repeated question skips the
     # model); workers' vectors go to the SQL cache instead, so replay needs no model.
     query_cache_entries: int = Field(default=10_000, ge=1)
+    # Recall requests one service process answers at once (each mostly waits on I/O).
+    recall_concurrency: int = Field(default=16, ge=1)
     # Weighted reciprocal rank fusion: sum of weight / (rrf_k + rank) over the streams.
     rrf_k: int = Field(default=60, ge=1)
     weight_bm25: float = Field(default=1.0, ge=0)

@@ -173,20 +173,19 @@ def without_names(query: str, names: Iterable[str]) -> str:
     return " ".join(query.split())
 
 
-async def hub_names(session: AsyncSession, scope: ScopeFilter) -> set[str]:
-    """Return the hub entities of the scope's graph (see ``HUB_SHARE``)."""
-    total, counts = await mention_counts(session, scope)
-    return hubs(total, counts)
-
-
 async def graph_search(
-    session: AsyncSession, query: str, scope: ScopeFilter, limit: int
+    session: AsyncSession,
+    query: str,
+    scope: ScopeFilter,
+    limit: int,
+    mentions: tuple[int, dict[str, int]] | None = None,
 ) -> list[GraphHit]:
     """Return the items the query's entities lead to, best first.
 
     A mention counts ``ln(1 + items / mentions)`` (rare entities say more); hubs count 0.
+    ``mentions`` is ``mention_counts`` of the scope when the caller has it already.
     """
-    total, counts = await mention_counts(session, scope)
+    total, counts = mentions if mentions is not None else await mention_counts(session, scope)
     start = matched_entities(query, counts.keys() | {USER_ENTITY})
     if not start:
         return []

@@ -28,7 +28,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.graph.search import GraphHit, graph_search, hub_names, without_names
+from memoryd.services.graph.search import (
+    GraphHit,
+    graph_search,
+    hubs,
+    mention_counts,
+    without_names,
+)
 from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
@@ -434,27 +440,45 @@ class HybridRetriever:
         jobs: dict[str, Any] = {}
         if weights.bm25 > 0:
             jobs["bm25"] = self._index.search_sparse(query, where, limit)
+        if weights.dense > 0 or weights.graph > 0:
+            # Both need the scope's entity counts: read them once, while BM25 runs.
+            mentions = asyncio.ensure_future(self._mentions(where))
         if weights.dense > 0:
-            jobs["dense"] = self._dense(query, where, limit)
+            jobs["dense"] = self._dense(query, where, limit, mentions)
         if weights.graph > 0:
-            jobs["graph"] = self._graph(query, where, limit)
+            jobs["graph"] = self._graph(query, where, limit, mentions)
         results = await asyncio.gather(*jobs.values())
         return dict(zip(jobs, results, strict=True))
 
-    async def _dense(self, query: str, where: ScopeFilter, limit: int) -> list[Hit]:
+    async def _mentions(self, where: ScopeFilter) -> tuple[int, dict[str, int]]:
+        async with self._sessions() as session:
+            return await mention_counts(session, where)
+
+    async def _dense(
+        self,
+        query: str,
+        where: ScopeFilter,
+        limit: int,
+        mentions: asyncio.Future[tuple[int, dict[str, int]]],
+    ) -> list[Hit]:
         # MiniLM lets a name dominate a sentence's embedding, so a name that is in most of the
         # user's items (their own, a chat partner's) drags the turns that merely address that
         # person to the top; the dense query leaves such hub names out (BM25's IDF already
         # discounts them).
-        async with self._sessions() as session:
-            hubs = await hub_names(session, where)
-        focused = without_names(query, hubs) or query
+        focused = without_names(query, hubs(*await mentions)) or query
         vector = (await self._embedder.embed([focused]))[0]
         return await self._index.search_dense(vector, where, limit)
 
-    async def _graph(self, query: str, where: ScopeFilter, limit: int) -> list[GraphHit]:
+    async def _graph(
+        self,
+        query: str,
+        where: ScopeFilter,
+        limit: int,
+        mentions: asyncio.Future[tuple[int, dict[str, int]]],
+    ) -> list[GraphHit]:
+        counted = await mentions
         async with self._sessions() as session:
-            return await graph_search(session, query, where, limit)
+            return await graph_search(session, query, where, limit, counted)
 
 
 def _section(

@@ -8,6 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from memoryd.shared.adapters.embeddings import (
+    BatchingEmbedder,
     EmbeddingDimensionError,
     SentenceTransformerEmbedder,
     bundled_minilm_path,
@@ -100,3 +101,17 @@ async def test_a_configured_dimension_that_does_not_match_raises() -> None:
 
     with pytest.raises(EmbeddingDimensionError, match="768"):
         await embedder.embed(["anything"])
+
+
+async def test_batched_concurrent_queries_match_one_by_one(
+    minilm: SentenceTransformerEmbedder,
+) -> None:
+    """Queries sharing a model call through BatchingEmbedder get the vectors asked alone."""
+    queries = ["where do I live?", "what did Anna cook", "my sister's job", "dentist on Friday"]
+    alone = [await minilm.embed([query]) for query in queries]
+
+    shared = BatchingEmbedder(minilm)
+    coalesced = await asyncio.gather(*(shared.embed([query]) for query in queries))
+
+    for single, merged in zip(alone, coalesced, strict=True):
+        np.testing.assert_allclose(single, merged, atol=1e-5)

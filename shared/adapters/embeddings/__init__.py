@@ -1,5 +1,6 @@
 """Text embeddings: the `Embedder` port, a local MiniLM, an OpenAI-compatible client, a cache."""
 
+from .batching import BatchingEmbedder
 from .cache import (
     CachedEmbedder,
     CacheStats,
@@ -26,6 +27,7 @@ from .port import (
 __all__ = [
     "MINILM_DIMENSION",
     "MINILM_NAME",
+    "BatchingEmbedder",
     "CacheStats",
     "CachedEmbedder",
     "Embedder",
