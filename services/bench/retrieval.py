@@ -87,8 +87,8 @@ class BenchOptions:
     cache: Path = Path("bench/cache/embeddings.db")
     datasets: tuple[str, ...] = DATASETS
     subset: int | None = None
-    rrf_k: int = 60
-    max_per_session: int = 3
+    rrf_k: int = 10
+    max_per_session: int = 10
     concurrency: int = 4
     # How many keys each stream hands to fusion.
     candidates: int = 100

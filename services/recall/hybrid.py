@@ -70,7 +70,7 @@ class Tuning:
     importance_weight: float = 0.2
     recency_weight: float = 0.1
     candidates: int = 50
-    session_top_keys: int = 2
+    session_top_keys: int = 1
     speaker_bonus: float = 0.5
     date_weight: float = 0.5
 

@@ -222,7 +222,8 @@ def test_a_session_scores_the_sum_of_its_two_best_keys() -> None:
     c = uuid.UUID(int=3)
     keys = [key(1, A, "s1"), key(2, B, "s2"), key(3, c, "s2"), key(4, c, "s2")]
     found = found_keys(keys, [1, 2, 3, 4])
-    _, sessions = score_found(found, StreamWeights(), 10, PLAIN, NOW, False)
+    two = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0, session_top_keys=2)
+    _, sessions = score_found(found, StreamWeights(), 10, two, NOW, False)
     assert ["s2", "s1"] == [s.session_id for s in sessions]
     assert round(1 / 12 + 1 / 13, 6) == sessions[0].score
     one = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0, session_top_keys=1)
