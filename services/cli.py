@@ -149,7 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     # design's k = 60 and 3 per session; see the README for both measured).
     retrieval.add_argument("--rrf-k", type=int, default=10)
     retrieval.add_argument("--max-per-session", type=int, default=10)
-    retrieval.add_argument("--candidates", type=int, default=100, help="keys per stream")
+    retrieval.add_argument(
+        "--candidates", type=int, default=None, help="keys per stream (default: the service's)"
+    )
     retrieval.add_argument(
         "--first-turn-sessions",
         action="store_true",

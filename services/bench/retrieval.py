@@ -90,8 +90,8 @@ class BenchOptions:
     rrf_k: int = 10
     max_per_session: int = 10
     concurrency: int = 4
-    # How many keys each stream hands to fusion.
-    candidates: int = 100
+    # How many keys each stream hands to fusion (None: the service's MEMORYD_STREAM_CANDIDATES).
+    candidates: int | None = None
     # Rank sessions as recall ranks them (its per-session aggregation); False: by first turn.
     session_ranking: bool = True
     # Also write every question's rankings (one JSON line per question and system).
@@ -290,7 +290,12 @@ def _ms(values: Sequence[float], q: int) -> float:
 
 
 async def bench_dataset(
-    client: MemoryClient, stack_ready: Any, name: str, options: BenchOptions, fused_weights: str
+    client: MemoryClient,
+    stack_ready: Any,
+    name: str,
+    options: BenchOptions,
+    fused_weights: str,
+    candidates: int,
 ) -> BenchReport:
     """Ingest one dataset, wait until it is indexed, and score every system on it."""
     dataset = load(name, options)
@@ -305,7 +310,7 @@ async def bench_dataset(
         "ingest_seconds": f"{ingest_s:.1f}",
         "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
         "rrf_k": str(options.rrf_k),
-        "stream_candidates": str(options.candidates),
+        "stream_candidates": str(candidates),
         "max_per_session": str(options.max_per_session),
         "session_ranking": "recall's sessions" if options.session_ranking else "first turn",
         "agent_side_facts": str(name in TWO_PEOPLE),
@@ -363,7 +368,11 @@ TWO_PEOPLE = frozenset({"locomo"})
 
 
 def bench_settings(
-    base: Settings, data_dir: Path, nats_url: str, dataset: str = "", candidates: int = 100
+    base: Settings,
+    data_dir: Path,
+    nats_url: str,
+    dataset: str = "",
+    candidates: int | None = None,
 ) -> Settings:
     """Return settings for a bench stack: pure relevance (no decay, recency or importance).
 
@@ -379,7 +388,7 @@ def bench_settings(
             "decay_per_hour": 0.0,
             "score_importance": 0.0,
             "score_recency": 0.0,
-            "stream_candidates": candidates,
+            "stream_candidates": candidates or base.stream_candidates,
             "batch_size": 512,
         }
     )
@@ -423,7 +432,9 @@ async def _one(
             fused = " / ".join(
                 f"{stream} {getattr(settings, f'weight_{stream}')}" for stream in STREAMS
             )
-            report = await bench_dataset(client, optimised, name, options, fused)
+            report = await bench_dataset(
+                client, optimised, name, options, fused, settings.stream_candidates
+            )
         finally:
             await client.close()
             await stack.stop()
