@@ -7,6 +7,7 @@ and ``Stack.stop`` tears it down in reverse order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -38,6 +39,8 @@ from memoryd.services.recall.service import handle_recall
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.runtime.scratch import open_scratch
+from memoryd.services.runtime.verify import Scratch, VerifyReport, verify
 from memoryd.services.stm.chain import ChainProjection
 from memoryd.services.stm.projection import StmProjection
 from memoryd.shared import subjects
@@ -105,6 +108,23 @@ class Stack:
         """Stop the projection workers (replay needs them stopped); recall keeps answering."""
         for worker in self.workers:
             await worker.stop()
+
+    async def verify(self) -> VerifyReport:
+        """Fold the log into scratch storage and compare it with this stack's read models.
+
+        Every projection is checked, the index too; run it with the workers idle.
+        """
+        live = await self.retrieval_resources()
+        async with AsyncExitStack() as scratch_exit:
+            storage = await open_scratch(
+                self.settings.resolved_database_url(), live.embedder.dimension, scratch_exit
+            )
+            on_scratch = dataclasses.replace(live, index=storage.index)
+            projections = build_projections(self.settings, ALL_COMPONENTS, on_scratch)
+            scratch = Scratch(storage.engine, storage.sessions, projections, storage.index)
+            return await verify(
+                self.js, self.settings.stream_name, self.engine, self.sessions, scratch, live.index
+            )
 
     async def retrieval_resources(self) -> Retrieval:
         """Return the embedder, index and extractor, opening them on first use (replay)."""

@@ -98,6 +98,27 @@ async def cmd_replay(settings: Settings) -> None:
         print(f"  {table}: {checksum}")
 
 
+async def cmd_verify(settings: Settings) -> bool:
+    """Fold the log into scratch storage and compare it with the live read models and index."""
+    if not settings.nats_url and _port_open(
+        settings.embedded_nats_host, settings.embedded_nats_port
+    ):
+        sys.exit("memoryd is running: stop it first (verify compares what its workers write)")
+    stack = await start_stack(settings, components=())  # connections only, no workers
+    try:
+        report = await stack.verify()
+    finally:
+        await stack.stop()
+    for line in report.lines():
+        print(line)
+    print(
+        "verify: the read models equal the log"
+        if report.equal
+        else f"verify: {len(report.differences)} read models differ from the log"
+    )
+    return report.equal
+
+
 async def cmd_dead_letters(settings: Settings, limit: int) -> None:
     """Print the newest dead letters with their reasons."""
     from memoryd.shared.adapters.dead_letters import read_dead_letters
@@ -127,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("demo", help="play a short conversation and print what recall returns")
     sub.add_parser("replay", help="drop the read models and rebuild them from the log")
+    sub.add_parser(
+        "verify", help="compare the live read models and index with a fresh fold of the log"
+    )
     schemas = sub.add_parser("schemas", help="export the event contracts as JSON Schema")
     schemas.add_argument("--out", type=Path, default=Path("schemas"))
     dead = sub.add_parser("dead-letters", help="print the newest dead letters")
@@ -179,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         asyncio.run(cmd_demo(settings))
     elif args.command == "replay":
         asyncio.run(cmd_replay(settings))
+    elif args.command == "verify":
+        if not asyncio.run(cmd_verify(settings)):
+            sys.exit(1)
     elif args.command == "schemas":
         for path in write_schemas(args.out):
             print(path)

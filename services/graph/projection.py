@@ -77,6 +77,7 @@ class GraphProjection:
     """Extract the graph of each turn and memory (live) and fold the recorded extractions."""
 
     consumer = subjects.GRAPH_CONSUMER
+    tables = (graph_nodes, graph_edges, graph_mentions, graph_items)
 
     def __init__(self, llm: MemoryLlm) -> None:
         self._llm = llm

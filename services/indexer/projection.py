@@ -112,6 +112,7 @@ class IndexerProjection:
     """Upsert turns and explicit memories into the index; delete what is forgotten."""
 
     consumer = subjects.INDEXER_CONSUMER
+    tables = (item_access, memory_expirations, index_last_turns)
 
     def __init__(
         self, index: SearchIndex, embedder: Embedder, keys: KeyOptions | None = None

@@ -40,6 +40,7 @@ class MemoriesProjection:
     """Fold remember / forget / session-ended events into the memories table."""
 
     consumer = subjects.MEMORIES_CONSUMER
+    tables = (memories,)
 
     def __init__(self, daily_ttl_days: int) -> None:
         self.daily_ttl = timedelta(days=daily_ttl_days)

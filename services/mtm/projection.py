@@ -29,6 +29,7 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
+from memoryd.shared.adapters.sql.tables import mtm_pages, mtm_segments
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import Event, PageEvicted, derived_id
 from memoryd.shared.contracts.memoryos import (
@@ -75,6 +76,7 @@ class MtmProjection:
     """Fold evicted pages into per-user topic segments (MemoryOS mid-term memory)."""
 
     consumer = subjects.MTM_CONSUMER
+    tables = (mtm_segments, mtm_pages)
 
     def __init__(
         self,

@@ -129,6 +129,7 @@ class PersonaProjection:
     """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
 
     consumer = subjects.PERSONA_CONSUMER
+    tables = (lpm_personas, lpm_extractions)
 
     def __init__(
         self,

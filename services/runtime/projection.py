@@ -9,7 +9,7 @@ retry is deduplicated by the stream), commit, notify subscribers, and only then 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -19,11 +19,12 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
+from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter
-from memoryd.shared.adapters.sql import tracking
+from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.contracts.catalog import AnyEvent, decode_event, event_type_name
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.notifications import MemoryUpdated
@@ -53,9 +54,18 @@ class Effects:
 
 
 class Projection(Protocol):
-    """A fold of events into SQL read models."""
+    """A fold of events into SQL read models.
+
+    ``consumer`` names its durable consumer and tracking row; ``tables`` are the read models
+    it alone writes (replay, verify and erasure work on them).
+    """
 
     consumer: str
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Return the read models this projection alone writes."""
+        ...
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
@@ -97,17 +107,23 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
     return event
 
 
+Reject = Callable[[int, str], Awaitable[None]]
+
+
 async def apply_once(
     sessions: async_sessionmaker[AsyncSession],
     projection: Projection,
     batch: Sequence[Positioned],
     publisher: EventPublisher | None,
     through: int | None = None,
+    reject: Reject | None = None,
 ) -> Effects:
     """Apply the not-yet-applied part of ``batch`` and advance tracking in one transaction.
 
     ``through`` is the last sequence handled (it may be past the last event when trailing
-    messages were dead-lettered); it defaults to the last event's sequence.
+    messages were dead-lettered); it defaults to the last event's sequence. An event whose id
+    was applied before (see ``ledger``) is skipped when it is the same event, and handed to
+    ``reject`` (sequence, reason) before commit when it is not.
     """
     last = through if through is not None else (batch[-1].sequence if batch else 0)
     async with sessions() as session, session.begin():
@@ -115,11 +131,26 @@ async def apply_once(
         if last <= applied:
             return Effects()
         fresh = [item for item in batch if item.sequence > applied]
+        seen = await ledger.first_seen(
+            session, projection.consumer, (item.event.event_id for item in fresh)
+        )
+        admission = ledger.admit(fresh, seen)
+        for item, reason in admission.conflicts:
+            if reject is not None:
+                await reject(item.sequence, reason)
         live = publisher is not None
-        effects = await projection.apply(session, fresh, live) if fresh else Effects()
+        admitted = admission.admitted
+        effects = await projection.apply(session, admitted, live) if admitted else Effects()
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
+        await ledger.record(session, projection.consumer, admission.new)
         await tracking.advance(session, projection.consumer, last)
+    if admission.duplicates:
+        log.info(
+            "duplicates_skipped",
+            consumer=projection.consumer,
+            stream_seqs=[item.sequence for item in admission.duplicates],
+        )
     return effects
 
 
@@ -196,7 +227,12 @@ class ProjectionRunner:
         by_sequence = {e.sequence: e for e in delivered if e.sequence > position}
         if not by_sequence:
             return []
-        start = position + 1 if position > 0 else min(by_sequence)
+        # Everything after the position is applied, in order: with no position yet that is
+        # from the stream's first message, not from the first one delivered (a redelivered
+        # first message may arrive after later ones).
+        start = position + 1
+        if start < min(by_sequence):
+            start = max(start, await self._first_sequence())
         missing = [s for s in range(start, max(by_sequence)) if s not in by_sequence]
         for sequence in missing:
             filled = await self._read(sequence)
@@ -207,6 +243,10 @@ class ProjectionRunner:
                 "gap_filled", first_seq=missing[0], last_seq=missing[-1], count=len(missing)
             )
         return [by_sequence[s] for s in sorted(by_sequence)]
+
+    async def _first_sequence(self) -> int:
+        info = await self._js.stream_info(self._stream)
+        return int(info.state.first_seq or 1)
 
     async def _read(self, sequence: int) -> LogEntry | None:
         try:
@@ -225,9 +265,19 @@ class ProjectionRunner:
             self._log.warning("warm_up_failed", size=len(events), exc_info=True)
 
     async def _apply(self, items: list[tuple[LogEntry, Positioned]], through: int) -> None:
+        entries = {entry.sequence: entry for entry, _ in items}
+
+        async def reject(sequence: int, reason: str) -> None:
+            await self._park(entries[sequence], reason)
+
         try:
             effects = await apply_once(
-                self._sessions, self.projection, [p for _, p in items], self._publisher, through
+                self._sessions,
+                self.projection,
+                [p for _, p in items],
+                self._publisher,
+                through,
+                reject,
             )
         except Exception:
             self._log.warning("batch_failed_retrying_one_by_one", size=len(items), exc_info=True)
@@ -238,12 +288,17 @@ class ProjectionRunner:
         await self._notify(effects.notifications)
 
     async def _apply_single(self, entry: LogEntry, item: Positioned) -> Effects:
+        async def reject(_sequence: int, reason: str) -> None:
+            await self._park(entry, reason)
+
         # Retry in place: nothing later in the log is applied before this one, so order
         # holds; a message that keeps failing is parked with the error as its reason.
         attempts = entry.deliveries
         while True:
             try:
-                return await apply_once(self._sessions, self.projection, [item], self._publisher)
+                return await apply_once(
+                    self._sessions, self.projection, [item], self._publisher, reject=reject
+                )
             except Exception as error:
                 self._log.warning(
                     "apply_failed",

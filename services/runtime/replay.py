@@ -18,7 +18,7 @@ import nats.errors
 import structlog
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
-from sqlalchemy import delete
+from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.runtime.projection import (
@@ -29,14 +29,9 @@ from memoryd.services.runtime.projection import (
     decode_message,
 )
 from memoryd.shared import subjects
-from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.adapters.sql.schema import (
-    create_schema,
-    drop_read_models,
-    read_model_checksums,
-)
-from memoryd.shared.adapters.sql.tables import PROJECTION_TABLES, metadata
-from memoryd.shared.adapters.sql.tables import tracking as tracking_table
+from memoryd.shared.adapters.sql import ledger, tracking
+from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
+from memoryd.shared.adapters.sql.tables import metadata
 from memoryd.shared.contracts.catalog import event_type_name
 
 log = structlog.get_logger(__name__)
@@ -106,33 +101,47 @@ def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:
     return events
 
 
-# --- a partial replay leaves the tables of projections it does not replay alone ---
-async def _drop_replayed(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], consumers: Sequence[str]
-) -> None:
-    """Drop the read models the replayed projections rebuild, keeping every other one.
+def owned_tables(projections: Sequence[Projection]) -> list[Table]:
+    """Return the read models the projections write, in creation order."""
+    owned = {table for projection in projections for table in projection.tables}
+    return [table for table in metadata.sorted_tables if table in owned]
 
-    Tables owned by a projection that is not replayed (``PROJECTION_TABLES``) keep their rows,
-    and so does that projection's tracking row: its state stays consistent with its position.
+
+async def drop_owned(
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    projections: Sequence[Projection],
+) -> None:
+    """Drop the read models of ``projections`` and forget their positions; keep every other.
+
+    A projection that is not replayed keeps its tables, tracking row and ledger: its state
+    stays consistent with its position.
     """
-    kept = [
-        table
-        for consumer, tables in PROJECTION_TABLES.items()
-        if consumer not in consumers
-        for table in tables
-    ]
-    if not kept:
-        await drop_read_models(engine)
-        return
-    dropped = [table for table in metadata.sorted_tables if table not in kept]
-    dropped = [table for table in dropped if table is not tracking_table]
+    tables = owned_tables(projections)
     async with engine.begin() as conn:
-        await conn.run_sync(lambda sync: metadata.drop_all(sync, tables=dropped))
+        await conn.run_sync(lambda sync: metadata.drop_all(sync, tables=tables))
+    await create_schema(engine)
+    consumers = [projection.consumer for projection in projections]
     async with sessions() as session, session.begin():
-        owners = [consumer for consumer in PROJECTION_TABLES if consumer not in consumers]
-        await session.execute(
-            delete(tracking_table).where(tracking_table.c.consumer.not_in(owners))
-        )
+        await tracking.forget(session, consumers)
+        await ledger.forget_consumers(session, consumers)
+
+
+async def fold(
+    sessions: async_sessionmaker[AsyncSession],
+    projections: Sequence[Projection],
+    events: Sequence[Positioned],
+    targets: dict[str, int],
+    batch_size: int = 1_000,
+) -> None:
+    """Fold ``events`` into each projection up to its target sequence, publishing nothing."""
+    for projection in projections:
+        target = targets[projection.consumer]
+        mine = [item for item in events if item.sequence <= target]
+        for start in range(0, len(mine), batch_size):
+            await apply_once(sessions, projection, mine[start : start + batch_size], None)
+        async with sessions() as session, session.begin():
+            await tracking.advance(session, projection.consumer, target)
 
 
 async def replay(
@@ -143,20 +152,14 @@ async def replay(
     projections: Sequence[Projection],
     batch_size: int = 1_000,
 ) -> ReplayReport:
-    """Drop the read models and fold the log into them again; return the report."""
+    """Drop the projections' read models and fold the log into them again; return the report."""
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
     events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
-    await _drop_replayed(engine, sessions, [p.consumer for p in projections])
-    await create_schema(engine)
-    for projection in projections:
-        mine = [item for item in events if item.sequence <= targets[projection.consumer]]
-        for start in range(0, len(mine), batch_size):
-            await apply_once(sessions, projection, mine[start : start + batch_size], None)
-        async with sessions() as session, session.begin():
-            await tracking.advance(session, projection.consumer, targets[projection.consumer])
+    await drop_owned(engine, sessions, projections)
+    await fold(sessions, projections, events, targets, batch_size)
     seconds = time.perf_counter() - started
-    checksums = await read_model_checksums(engine)
+    checksums = await read_model_checksums(engine, owned_tables(projections))
     log.info("replayed", events=len(events), seconds=round(seconds, 3), targets=targets)
     by_type = Counter(event_type_name(item.event) for item in events)
     return ReplayReport(len(events), by_type, seconds, targets, checksums)

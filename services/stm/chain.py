@@ -124,6 +124,7 @@ class ChainProjection:
     """Keep the continuity verdict and chain summary of each conversation's recent pages."""
 
     consumer = subjects.CHAIN_CONSUMER
+    tables = (stm_chain,)
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:
         self._llm = llm

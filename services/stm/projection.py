@@ -129,6 +129,7 @@ class StmProjection:
     """Fold turns into per-conversation FIFOs of ``capacity`` pages."""
 
     consumer = subjects.STM_CONSUMER
+    tables = (stm_pages,)
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

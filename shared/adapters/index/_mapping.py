@@ -1,6 +1,6 @@
 """Map the port's models to and from the shape both Qdrant adapters store and query."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -86,6 +86,20 @@ def hit_from_stored(point_id: UUID | str | int, score: float, payload: Mapping[s
         score=score,
         payload=IndexPayload.model_validate(fields),
         text=text,
+    )
+
+
+def point_from_stored(
+    point_id: UUID | str | int, dense: Sequence[float], payload: Mapping[str, Any]
+) -> IndexPoint:
+    """Rebuild a stored point (its dense vector as the engine keeps it, normalised)."""
+    fields = dict(payload)
+    text = fields.pop(TEXT_KEY)
+    return IndexPoint(
+        id=UUID(str(point_id)),
+        dense=list(dense),
+        text=text,
+        payload=IndexPayload.model_validate(fields),
     )
 
 

@@ -20,6 +20,7 @@ from memoryd.shared.adapters.index._mapping import (
     MatchAny,
     dense_values,
     hit_from_stored,
+    point_from_stored,
     scope_conditions,
     stored_payload,
 )
@@ -123,6 +124,20 @@ class EdgeSearchIndex:
         """Return how many points are inside the scope."""
         request = qe.CountRequest(exact=True, filter=_edge_filter(filter))
         return await self._read(self._opened().count, request)
+
+    async def scroll(
+        self, offset: UUID | None = None, limit: int = 1_000
+    ) -> tuple[list[IndexPoint], UUID | None]:
+        """Return up to ``limit`` stored points from ``offset`` on, and the next offset."""
+        request = qe.ScrollRequest(
+            offset=offset, limit=limit, with_payload=True, with_vector=[DENSE_VECTOR]
+        )
+        records, following = await self._read(self._opened().scroll, request)
+        points = [
+            point_from_stored(record.id, _dense_of(record.vector), record.payload or {})
+            for record in records
+        ]
+        return points, None if following is None else UUID(str(following))
 
     async def optimize(self) -> None:
         """Merge segments and build the HNSW and sparse indexes; return when they are built."""
@@ -248,6 +263,12 @@ def _edge_condition(condition: Condition) -> qe.FieldCondition:
 def _edge_sparse(sparse: SparseVector) -> qe.SparseVector:
     """Return the Edge form of a sparse vector."""
     return qe.SparseVector(list(sparse.indices), list(sparse.values))
+
+
+def _dense_of(vectors: object) -> list[float]:
+    """Return the dense vector of a scrolled record."""
+    named = vectors if isinstance(vectors, dict) else {}
+    return list(named.get(DENSE_VECTOR, []))
 
 
 def _flush_and_close(shard: qe.EdgeShard) -> None:

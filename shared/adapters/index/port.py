@@ -121,6 +121,15 @@ class SearchIndex(Protocol):
         """Return how many points are inside the scope."""
         ...
 
+    async def scroll(
+        self, offset: UUID | None = None, limit: int = 1_000
+    ) -> tuple[list[IndexPoint], UUID | None]:
+        """Return up to ``limit`` stored points from ``offset`` on, and the next offset.
+
+        For operators (verify, export), not for requests: it crosses tenants.
+        """
+        ...
+
     async def optimize(self) -> None:
         """Merge segments and build the vector indexes; return when they are built."""
         ...

@@ -19,6 +19,7 @@ from memoryd.shared.adapters.index._mapping import (
     MatchAny,
     dense_values,
     hit_from_stored,
+    point_from_stored,
     scope_conditions,
     stored_payload,
 )
@@ -132,6 +133,23 @@ class QdrantServerIndex:
         )
         return result.count
 
+    async def scroll(
+        self, offset: UUID | None = None, limit: int = 1_000
+    ) -> tuple[list[IndexPoint], UUID | None]:
+        """Return up to ``limit`` stored points from ``offset`` on, and the next offset."""
+        records, following = await self._client.scroll(
+            self._collection,
+            limit=limit,
+            offset=None if offset is None else str(offset),
+            with_payload=True,
+            with_vectors=[DENSE_VECTOR],
+        )
+        points = [
+            point_from_stored(record.id, _dense_of(record.vector), record.payload or {})
+            for record in records
+        ]
+        return points, None if following is None else UUID(str(following))
+
     async def optimize(self) -> None:
         """Wait until the server's background optimisers have finished with the collection."""
         # The server optimises on its own; what a caller wants after a bulk load is to know
@@ -228,6 +246,13 @@ def _server_condition(condition: Condition) -> models.FieldCondition:
     return models.FieldCondition(
         key=condition.key, range=models.Range(gte=condition.gte, lt=condition.lt)
     )
+
+
+def _dense_of(vectors: object) -> list[float]:
+    """Return the dense vector of a scrolled record."""
+    named = vectors if isinstance(vectors, dict) else {}
+    values = named.get(DENSE_VECTOR, [])
+    return [float(value) for value in values] if isinstance(values, list) else []
 
 
 def _server_sparse(sparse: SparseVector) -> models.SparseVector:

@@ -33,8 +33,11 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """Create the async engine for ``url``, preparing SQLite's file and pragmas."""
+def create_engine(url: str, *, search_path: str | None = None) -> AsyncEngine:
+    """Create the async engine for ``url``, preparing SQLite's file and pragmas.
+
+    ``search_path`` (PostgreSQL) puts every table in that schema, e.g. a scratch fold's.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -43,7 +46,10 @@ def create_engine(url: str) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    connect_args = {"server_settings": {"search_path": search_path}} if search_path else {}
+    return create_async_engine(
+        url, pool_size=10, max_overflow=10, pool_pre_ping=True, connect_args=connect_args
+    )
 
 
 def session_factory(engine: AsyncEngine, *, writer: bool = True) -> async_sessionmaker:  # type: ignore[type-arg]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ async def create_schema(engine: AsyncEngine) -> None:
 
 
 async def drop_read_models(engine: AsyncEngine) -> None:
-    """Drop every read model and the tracking table, so replay starts from nothing."""
+    """Drop every read model and the bookkeeping tables (tracking, ledger): a clean slate."""
     async with engine.begin() as conn:
         await conn.run_sync(metadata.drop_all)
 
@@ -47,9 +48,11 @@ async def table_checksum(engine: AsyncEngine, table: Table) -> str:
     return digest.hexdigest()
 
 
-async def read_model_checksums(engine: AsyncEngine) -> dict[str, str]:
-    """Return table name -> checksum for every read model (tracking excluded)."""
-    return {table.name: await table_checksum(engine, table) for table in READ_MODELS}
+async def read_model_checksums(
+    engine: AsyncEngine, tables: Sequence[Table] = READ_MODELS
+) -> dict[str, str]:
+    """Return table name -> checksum for each read model (every one by default)."""
+    return {table.name: await table_checksum(engine, table) for table in tables}
 
 
 __all__ = ["create_schema", "drop_read_models", "read_model_checksums", "tracking"]

@@ -17,8 +17,6 @@ from sqlalchemy import (
     Uuid,
 )
 
-from memoryd.shared import subjects
-
 metadata = MetaData()
 
 # consumer -> last stream sequence applied, written in the same transaction as the change.
@@ -27,6 +25,18 @@ tracking = Table(
     metadata,
     Column("consumer", String(64), primary_key=True),
     Column("position", BigInteger, nullable=False),
+)
+
+# consumer -> every event id it applied, where, and a digest of the content: an event id met
+# again later in the log is a duplicate (same digest: skipped) or a conflict (dead-lettered);
+# the first occurrence wins in every projection. Written in the change's transaction.
+applied_events = Table(
+    "applied_events",
+    metadata,
+    Column("consumer", String(64), primary_key=True),
+    Column("event_id", Uuid, primary_key=True),
+    Column("stream_seq", BigInteger, nullable=False),
+    Column("digest", String(64), nullable=False),
 )
 
 stm_pages = Table(
@@ -175,11 +185,6 @@ RETRIEVAL_READ_MODELS = (
     graph_mentions,
     graph_items,
 )
-# Which consumer folds which of these tables: replaying other projections leaves them alone.
-PROJECTION_TABLES: dict[str, tuple[Table, ...]] = {
-    subjects.INDEXER_CONSUMER: (item_access, memory_expirations, index_last_turns),
-    subjects.GRAPH_CONSUMER: (graph_nodes, graph_edges, graph_mentions, graph_items),
-}
 
 # --- MemoryOS tiers (STM meta chain, MTM segments and pages, LPM persona) --------
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Sequence
+
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import tracking
@@ -18,3 +20,8 @@ async def position(session: AsyncSession, consumer: str) -> int:
 async def advance(session: AsyncSession, consumer: str, sequence: int) -> None:
     """Record that ``consumer`` applied everything up to ``sequence`` (same transaction)."""
     await upsert(session, tracking, [{"consumer": consumer, "position": sequence}], ["consumer"])
+
+
+async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
+    """Drop the positions of these consumers (their read models are being rebuilt)."""
+    await session.execute(delete(tracking).where(tracking.c.consumer.in_(consumers)))

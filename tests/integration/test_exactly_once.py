@@ -1,0 +1,217 @@
+"""Exactly-once effects under awkward delivery: partial replay, reused ids, late first messages.
+
+Each test ends with `Stack.verify()`: the live read models and index equal a fresh fold of the
+log, so nothing was lost, doubled or left behind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import delete, select
+
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+from memoryd.services.runtime.consumer import consumer_config
+from memoryd.services.runtime.replay import replay
+from memoryd.shared import subjects
+from memoryd.shared.adapters.dead_letters import read_dead_letters
+from memoryd.shared.adapters.index import ScopeFilter
+from memoryd.shared.adapters.nats_log import EventPublisher, ensure_streams
+from memoryd.shared.adapters.sql.schema import read_model_checksums
+from memoryd.shared.adapters.sql.tables import memories, stm_pages, tracking
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts import Scope, TurnRecorded, encode_event
+from memoryd.shared.settings import Settings
+from tests.conftest import _delete_streams, _reset_database, unique
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+def new_scope() -> Scope:
+    return Scope(tenant=unique("t"), user_id=unique("u"), session_id="s1")
+
+
+async def converse(client: MemoryClient, scope: Scope, count: int, start: int = 0) -> None:
+    """Record ``count`` turns about distinct topics, one minute apart."""
+    for i in range(start, start + count):
+        await client.record_turn(
+            scope,
+            f"Tell me about topic number {i}: I visited Lisbon in {2000 + i}",
+            f"Answer {i}",
+            occurred_at=T0 + timedelta(minutes=i),
+        )
+
+
+async def positions(stack: Stack) -> dict[str, int]:
+    async with stack.engine.connect() as conn:
+        rows = await conn.execute(select(tracking.c.consumer, tracking.c.position))
+        return {row.consumer: row.position for row in rows}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    "replayed",
+    [("stm",), ("memories",), ("stm", "chain", "mtm", "persona"), ("indexer", "graph")],
+)
+async def test_a_partial_replay_leaves_every_other_read_model_unchanged(
+    stack: Stack, client: MemoryClient, replayed: tuple[str, ...]
+) -> None:
+    """Replaying a subset rebuilds its tables; every other table and position stays as it was."""
+    scope = new_scope()
+    await converse(client, scope, 9)
+    await client.remember(scope, "Alice is vegetarian", key="diet")
+    await client.wait_until_applied()
+    before, positions_before = await read_model_checksums(stack.engine), await positions(stack)
+    await stack.stop_workers()
+
+    await replay(
+        stack.js,
+        stack.settings.stream_name,
+        stack.engine,
+        stack.sessions,
+        build_projections(stack.settings, replayed, await stack.retrieval_resources()),  # type: ignore[arg-type]
+    )
+
+    assert before == await read_model_checksums(stack.engine)
+    assert positions_before == await positions(stack)
+    assert (await stack.verify()).equal
+
+
+@pytest.mark.model
+async def test_an_event_id_reused_for_other_content_is_refused_by_every_projection(
+    stack: Stack, client: MemoryClient
+) -> None:
+    """The first event with an id wins everywhere; a later one is dead-lettered with the reason."""
+    scope = new_scope()
+    first = TurnRecorded(occurred_at=T0, scope=scope, query="I live in Lisbon", response="ok")
+    impostor = first.model_copy(update={"query": "I live in Madrid"})
+    await client.publish(first)
+    # A raw publish under another Msg-Id: the stream's de-duplication cannot catch it.
+    await stack.js.publish(
+        subjects.event_subject(scope, first.type),
+        encode_event(impostor),
+        headers={"Nats-Msg-Id": "a-raw-publisher"},
+    )
+    await client.record_turn(scope, "still here?", "yes", occurred_at=T0 + timedelta(minutes=1))
+    await client.wait_until_applied()
+
+    letters = await read_dead_letters(stack.js, stack.settings.dead_letter_stream)
+    answer = await client.recall(scope, "where do I live?")
+    await client.wait_until_applied()  # the recall's own events, before verify reads
+
+    assert set(subjects.PROJECTION_CONSUMERS) == {letter.consumer for letter in letters}
+    assert {encode_event(impostor)} == {letter.data for letter in letters}
+    assert all("first occurrence wins" in letter.reason for letter in letters)
+    assert ["I live in Lisbon", "still here?"] == [page.query for page in answer.pages]
+    assert "Madrid" not in answer.context
+    report = await stack.verify()
+    assert report.equal, [line for line in report.lines() if line.startswith("DIFF")]
+
+
+@pytest.mark.model
+async def test_a_copy_of_an_event_past_the_duplicate_window_is_skipped_quietly(
+    stack: Stack, client: MemoryClient
+) -> None:
+    """The same event again under another Msg-Id changes nothing and parks nothing."""
+    scope = new_scope()
+    turn = TurnRecorded(occurred_at=T0, scope=scope, query="hello", response="hi")
+    await client.publish(turn)
+    await stack.js.publish(
+        subjects.event_subject(scope, turn.type),
+        encode_event(turn),
+        headers={"Nats-Msg-Id": "a-late-copy"},
+    )
+    await client.wait_until_applied()
+
+    assert 0 == (await stack.js.stream_info(stack.settings.dead_letter_stream)).state.messages
+    assert ["hello"] == [page.query for page in (await client.recall(scope)).pages]
+    await client.wait_until_applied()
+    assert (await stack.verify()).equal
+
+
+@pytest.fixture
+async def late_first(settings: Settings) -> AsyncIterator[tuple[Stack, Scope, uuid.UUID]]:
+    """Yield a stack whose consumers each had the log's first message delivered and not acked.
+
+    That is what a worker killed before its first commit leaves behind: on restart, the later
+    messages are delivered at once and the first only after ack_wait.
+    """
+    settings = settings.model_copy(update={"ack_wait_seconds": 2.0})
+    await _delete_streams(settings.nats_url or "", settings)
+    await _reset_database(settings)
+    import nats
+
+    nc = await nats.connect(settings.nats_url or "")
+    js = nc.jetstream()
+    await ensure_streams(js, settings)
+    scope = new_scope()
+    first = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
+    await EventPublisher(js, settings.stream_name).publish(first)
+    for consumer in subjects.PROJECTION_CONSUMERS:
+        held = await js.pull_subscribe(
+            subjects.ALL_EVENTS,
+            durable=consumer,
+            stream=settings.stream_name,
+            config=consumer_config(consumer, settings),
+        )
+        assert 1 == len(await held.fetch(1, timeout=5))  # delivered, never acked
+    await nc.close()
+    running = await start_stack(settings, ALL_COMPONENTS)
+    yield running, scope, first.event_id
+    await running.stop()
+    await _delete_streams(settings.nats_url or "", settings)
+
+
+@pytest.mark.model
+async def test_a_first_message_redelivered_after_later_ones_is_still_applied(
+    late_first: tuple[Stack, Scope, uuid.UUID],
+) -> None:
+    """Every projection applies the log from its first message, whatever the delivery order."""
+    stack, scope, first_id = late_first
+    client = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
+    try:
+        await converse(client, scope, 5, start=1)
+        await client.wait_until_applied(timeout=60)
+        async with stack.engine.connect() as conn:
+            pages = (await conn.execute(select(stm_pages.c.turn_id))).scalars().all()
+        retrieval = await stack.retrieval_resources()
+        indexed = await retrieval.index.search_sparse(
+            "greyhound", ScopeFilter(tenant=scope.tenant, user_id=scope.user_id)
+        )
+    finally:
+        await client.close()
+
+    assert first_id in pages
+    assert any("greyhound" in hit.text for hit in indexed)
+    report = await stack.verify()
+    assert report.equal, [line for line in report.lines() if line.startswith("DIFF")]
+
+
+@pytest.mark.model
+async def test_verify_names_the_read_model_and_index_key_that_differ(
+    stack: Stack, client: MemoryClient
+) -> None:
+    """A row or an index point lost from the live state is reported where it is missing."""
+    scope = new_scope()
+    await converse(client, scope, 3)
+    await client.remember(scope, "Alice is vegetarian", key="diet")
+    await client.wait_until_applied()
+    assert (await stack.verify()).equal
+
+    async with stack.engine.begin() as conn:
+        await conn.execute(delete(memories))
+    retrieval = await stack.retrieval_resources()
+    memory_points = await retrieval.index.search_sparse(
+        "vegetarian", ScopeFilter(tenant=scope.tenant, kinds=("memory",))
+    )
+    await retrieval.index.delete([hit.id for hit in memory_points])
+    report = await stack.verify()
+
+    assert ["index:memory", "memories"] == report.differences
+    assert 0 == report.live["memories"].count
+    assert 1 == report.fresh["memories"].count
