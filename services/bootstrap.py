@@ -27,17 +27,17 @@ from memoryd.services.indexer import retention
 from memoryd.services.indexer.items import KeyOptions
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
-from memoryd.services.mtm.decisions import (
-    DecisionLog,
-    JetStreamDecisionLog,
-    NoDecisions,
-)
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.service import handle_recall
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.consumer import PullWorker
+from memoryd.services.runtime.decisions import (
+    DecisionLog,
+    JetStreamDecisionLog,
+    NoDecisions,
+)
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
 from memoryd.services.runtime.scratch import open_scratch
 from memoryd.services.runtime.verify import Scratch, VerifyReport, verify

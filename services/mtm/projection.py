@@ -8,23 +8,22 @@ are skipped live (already folded) and folded in replay, which makes no decision 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.mtm.decisions import DecisionLog, ask
 from memoryd.services.mtm.state import (
     MtmBatch,
-    encode_vector,
     fold_evicted,
     fold_filed,
     fold_promoted,
     fold_summarised,
     fold_visited,
 )
+from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
@@ -39,8 +38,7 @@ from memoryd.shared.contracts.memoryos import (
     SegmentSummarised,
     SegmentsVisited,
 )
-from memoryd.shared.contracts.notifications import MemoryUpdated, NotificationKind
-from memoryd.shared.domain.memoryos import MemoryOsParams, Vector
+from memoryd.shared.domain.memoryos import MemoryOsParams, Vector, encode_vector
 from memoryd.shared.domain.mtm import (
     Segment,
     choose_segment,
@@ -50,26 +48,10 @@ from memoryd.shared.domain.mtm import (
     should_promote,
 )
 
-OWN_EVENTS = (PageFiled, SegmentSummarised, SegmentPromoted, SegmentEvicted)
-
 
 def page_text(query: str, response: str) -> str:
     """Return the text a page is embedded as."""
     return f"{query}\n{response}".strip()
-
-
-def note(kind: NotificationKind, event: Event, items: tuple[uuid.UUID, ...] = ()) -> MemoryUpdated:
-    """Describe a tier change caused by the derived ``event`` (not yet sequenced: 0)."""
-    return MemoryUpdated(
-        kind=kind,
-        tenant=event.scope.tenant,
-        user_id=event.scope.user_id,
-        agent_id=event.scope.agent_id,
-        session_id=event.scope.session_id,
-        event_id=event.event_id,
-        stream_seq=0,
-        item_ids=items,
-    )
 
 
 class MtmProjection:
@@ -173,7 +155,7 @@ class MtmProjection:
         segment = await fold_filed(state, filed)
         if segment is None:
             return
-        effects.notifications.append(note("page.filed", filed, (filed.turn_id,)))
+        effects.notifications.append(notification("page.filed", filed, items=(filed.turn_id,)))
         segment = await self._summarise(state, segment, filed, text)
         await self._maybe_promote(state, segment, filed, effects)
         await self._evict(state, filed, effects)
@@ -222,7 +204,7 @@ class MtmProjection:
             )
         )
         await fold_promoted(state, promoted)
-        effects.notifications.append(note("segment.promoted", promoted))
+        effects.notifications.append(notification("segment.promoted", promoted))
 
     async def _evict(self, state: MtmBatch, filed: PageFiled, effects: Effects) -> None:
         user = await state.user((filed.scope.tenant, filed.scope.user_id))
@@ -239,4 +221,4 @@ class MtmProjection:
                 )
             )
             await fold_evicted(state, evicted)
-            effects.notifications.append(note("segment.evicted", evicted))
+            effects.notifications.append(notification("segment.evicted", evicted))

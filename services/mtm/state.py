@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import TypeAdapter
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,22 +25,14 @@ from memoryd.shared.contracts.memoryos import (
     SegmentSummarised,
     SegmentsVisited,
 )
-from memoryd.shared.domain.memoryos import MemoryOsParams, Vector, VectorField, as_utc
+from memoryd.shared.domain.memoryos import (
+    MemoryOsParams,
+    as_utc,
+    decode_vector,
+)
 from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_summary
 
-_vectors: TypeAdapter[Vector] = TypeAdapter(VectorField)
-
 UserKey = tuple[str, str]  # (tenant, user_id)
-
-
-def decode_vector(text: str) -> Vector:
-    """Return the unit vector a derived event carries as base64 float32."""
-    return _vectors.validate_python(text)
-
-
-def encode_vector(vector: Vector) -> str:
-    """Return the base64 float32 wire form of ``vector``."""
-    return str(_vectors.dump_python(vector, mode="json"))
 
 
 @dataclass

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.mtm.decisions import DecisionLog, ask
-from memoryd.services.mtm.projection import note
-from memoryd.services.mtm.state import decode_vector, encode_vector
+from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
@@ -27,7 +26,7 @@ from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.events import derived_id
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
 from memoryd.shared.domain import lpm
-from memoryd.shared.domain.memoryos import MemoryOsParams
+from memoryd.shared.domain.memoryos import MemoryOsParams, decode_vector, encode_vector
 
 UserKey = tuple[str, str]
 
@@ -108,11 +107,6 @@ def fold_extraction(persona: Persona, event: PersonaExtracted, params: MemoryOsP
     return Persona(profile, knowledge, traits, agent)
 
 
-def sessions_of(promoted: SegmentPromoted) -> tuple[str, ...]:
-    """Return the sessions the promoted pages came from, first seen first."""
-    return tuple(dict.fromkeys(p.session_id for p in promoted.pages if p.session_id))
-
-
 def extraction_row(event: PersonaExtracted) -> dict[str, object]:
     """Return the provenance row of an extraction."""
     return {
@@ -165,7 +159,9 @@ class PersonaProjection:
             personas[key] = fold_extraction(personas[key], extracted, self._params)
             extractions.append(extracted)
             if live and (extracted.facts or extracted.profile):
-                effects.notifications.append(note("facts.learned", extracted, extracted.turn_ids))
+                effects.notifications.append(
+                    notification("facts.learned", extracted, items=extracted.turn_ids)
+                )
         await upsert(
             session, lpm_personas, [p.row(k) for k, p in personas.items()], ["tenant", "user_id"]
         )

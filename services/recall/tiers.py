@@ -17,7 +17,6 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.mtm.state import decode_vector
 from memoryd.services.persona.projection import Persona, load_persona
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
@@ -36,7 +35,13 @@ from memoryd.shared.contracts.recall import (
     TraitItem,
 )
 from memoryd.shared.domain import lpm
-from memoryd.shared.domain.memoryos import MemoryOsParams, Ranked, Vector, rank_by_similarity
+from memoryd.shared.domain.memoryos import (
+    MemoryOsParams,
+    Ranked,
+    Vector,
+    decode_vector,
+    rank_by_similarity,
+)
 from memoryd.shared.domain.mtm import Segment, heat, rank_segments
 from memoryd.shared.domain.text import estimate_tokens
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.mtm.decisions import DecisionLog, ask
+from memoryd.services.runtime.decisions import DecisionLog, ask
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.services.stm.projection import conversation_of
 from memoryd.shared import subjects

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql.tables import stm_pages
 from memoryd.shared.contracts.events import PageEvicted, TurnRecorded, derived_id
-from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.stm import ConversationKey, Page, append_page
 
@@ -52,19 +52,6 @@ def eviction_event(key: ConversationKey, page: Page, cause: TurnRecorded) -> Pag
         query=page.query,
         response=page.response,
         turn_occurred_at=page.occurred_at,
-    )
-
-
-def _note(kind: str, turn: TurnRecorded, sequence: int, page: Page) -> MemoryUpdated:
-    return MemoryUpdated(
-        kind=kind,
-        tenant=turn.scope.tenant,
-        user_id=turn.scope.user_id,
-        agent_id=turn.scope.agent_id,
-        session_id=turn.scope.session_id,
-        event_id=turn.event_id,
-        stream_seq=sequence,
-        item_ids=(page.turn_id,),
     )
 
 
@@ -151,11 +138,15 @@ class StmProjection:
             if any(held.turn_id == page.turn_id for held in fifos[key]):
                 continue  # the same turn published twice beyond the duplicate window
             fifos[key], evicted = append_page(fifos[key], page, self.capacity)
-            effects.notifications.append(_note("page.added", turn, sequence, page))
+            effects.notifications.append(
+                notification("page.added", turn, sequence, (page.turn_id,))
+            )
             for old in evicted:
                 evicted_ids.append(old.turn_id)
                 effects.derived.append(eviction_event(key, old, turn))
-                effects.notifications.append(_note("page.evicted", turn, sequence, old))
+                effects.notifications.append(
+                    notification("page.evicted", turn, sequence, (old.turn_id,))
+                )
         new_rows = [
             _row(key, page)
             for key, fifo in fifos.items()

@@ -32,6 +32,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    TypeAdapter,
     WithJsonSchema,
 )
 
@@ -45,6 +46,8 @@ __all__ = [
     "Vector",
     "VectorField",
     "as_utc",
+    "decode_vector",
+    "encode_vector",
     "rank_by_similarity",
     "unit_vector",
 ]
@@ -127,6 +130,18 @@ VectorField = Annotated[
     WithJsonSchema({"type": "string", "contentEncoding": "base64", "format": "float32-le"}),
 ]
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(as_utc)]
+
+_vectors: TypeAdapter[Vector] = TypeAdapter(VectorField)
+
+
+def decode_vector(text: str) -> Vector:
+    """Return the unit vector a derived event or a row carries as base64 float32."""
+    return _vectors.validate_python(text)
+
+
+def encode_vector(vector: Vector) -> str:
+    """Return the base64 float32 wire form of ``vector``."""
+    return str(_vectors.dump_python(vector, mode="json"))
 
 
 class DomainModel(BaseModel):

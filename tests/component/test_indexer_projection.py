@@ -16,12 +16,10 @@ from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.indexer.retention import due_expiries
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.runtime.projection import Positioned
-from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
 from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
-from memoryd.shared.adapters.sql.tables import PROJECTION_TABLES
 from memoryd.shared.contracts.events import (
     Category,
     Event,
@@ -137,7 +135,7 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))  # type: ignore[arg-type]
     async with sessions() as session, session.begin():
         # Replay starts the indexer's own read models afresh (see runtime.replay).
-        for table in PROJECTION_TABLES[subjects.INDEXER_CONSUMER]:
+        for table in IndexerProjection.tables:
             await session.execute(delete(table))
     await apply(sessions, replaying, events, live=False)
     assert embedded == counting.texts

@@ -10,18 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memoryd.services.mtm.state import (
-    MtmBatch,
-    decode_vector,
-    encode_vector,
-    fold_filed,
-    fold_visited,
-)
+from memoryd.services.mtm.state import MtmBatch, fold_filed, fold_visited
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import PageFiled, SegmentsVisited
-from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, decode_vector, encode_vector
 from memoryd.shared.domain.mtm import Segment
 
 SCOPE = Scope(tenant="t", user_id="u", session_id="s1")

@@ -11,7 +11,7 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from memoryd.services.mtm.decisions import JetStreamDecisionLog
+from memoryd.services.runtime.decisions import JetStreamDecisionLog
 from memoryd.shared.adapters.nats_log import ensure_streams
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import PageChained

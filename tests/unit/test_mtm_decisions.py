@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memoryd.services.mtm.decisions import MemoryDecisionLog, NoDecisions, ask
+from memoryd.services.runtime.decisions import MemoryDecisionLog, NoDecisions, ask
 from memoryd.shared.adapters.llm import LlmFailure
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import LlmStepFailed, PageChained

@@ -7,11 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memoryd.services.mtm.state import encode_vector
 from memoryd.services.persona.projection import Persona, fold_extraction
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted
-from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams, encode_vector
 
 SCOPE = Scope(tenant="t", user_id="u")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
