@@ -10,14 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
+from memoryd.services.bootstrap import ALL_COMPONENTS, Component, Stack, start_stack
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
@@ -103,15 +104,45 @@ async def _reset_database(settings: Settings) -> None:
     await engine.dispose()
 
 
+StackFactory = Callable[..., Awaitable[Stack]]
+
+
 @pytest.fixture
-async def stack(settings: Settings) -> AsyncIterator[Stack]:
-    """Yield a running memoryd (all components) on clean streams and a clean database."""
-    await _delete_streams(settings.nats_url or "", settings)
-    await _reset_database(settings)
-    running = await start_stack(settings, ALL_COMPONENTS)
-    yield running
-    await running.stop()
-    await _delete_streams(settings.nats_url or "", settings)
+async def make_stack(settings: Settings) -> AsyncIterator[StackFactory]:
+    """Yield a factory of running stacks on clean streams and a clean database.
+
+    ``await make_stack(components, *, changes=None, keep_streams=False, **ports)``: ``changes``
+    update the test's settings (``stack.settings`` holds the result), ``keep_streams`` starts on
+    the log as the test left it, ``ports`` (embedder, index, llm) replace the ones settings
+    would build. Every stack made is stopped, and its streams deleted, at the end.
+    """
+    made: list[Stack] = []
+
+    async def make(
+        components: Sequence[Component] = ALL_COMPONENTS,
+        *,
+        changes: dict[str, Any] | None = None,
+        keep_streams: bool = False,
+        **ports: Any,
+    ) -> Stack:
+        tuned = settings.model_copy(update=changes or {})
+        if not keep_streams:
+            await _delete_streams(tuned.nats_url or "", tuned)
+        await _reset_database(tuned)
+        running = await start_stack(tuned, components, **ports)
+        made.append(running)
+        return running
+
+    yield make
+    for running in reversed(made):
+        await running.stop()
+        await _delete_streams(running.settings.nats_url or "", running.settings)
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory) -> Stack:
+    """Return a running memoryd (all components) on clean streams and a clean database."""
+    return await make_stack()
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ log, so nothing was lost, doubled or left behind.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import nats
 import pytest
 from sqlalchemy import delete, select
 
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+from memoryd.services.bootstrap import Stack, build_projections
 from memoryd.services.runtime.consumer import consumer_config
 from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
@@ -25,7 +25,7 @@ from memoryd.shared.adapters.sql.tables import memories, stm_pages, tracking
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope, TurnRecorded, encode_event
 from memoryd.shared.settings import Settings
-from tests.conftest import _delete_streams, _reset_database, unique
+from tests.conftest import StackFactory, _delete_streams, unique
 
 pytestmark = pytest.mark.integration
 
@@ -135,7 +135,9 @@ async def test_a_copy_of_an_event_past_the_duplicate_window_is_skipped_quietly(
 
 
 @pytest.fixture
-async def late_first(settings: Settings) -> AsyncIterator[tuple[Stack, Scope, uuid.UUID]]:
+async def late_first(
+    settings: Settings, make_stack: StackFactory
+) -> tuple[Stack, Scope, uuid.UUID]:
     """Yield a stack whose consumers each had the log's first message delivered and not acked.
 
     That is what a worker killed before its first commit leaves behind: on restart, the later
@@ -143,9 +145,6 @@ async def late_first(settings: Settings) -> AsyncIterator[tuple[Stack, Scope, uu
     """
     settings = settings.model_copy(update={"ack_wait_seconds": 2.0})
     await _delete_streams(settings.nats_url or "", settings)
-    await _reset_database(settings)
-    import nats
-
     nc = await nats.connect(settings.nats_url or "")
     js = nc.jetstream()
     await ensure_streams(js, settings)
@@ -161,10 +160,9 @@ async def late_first(settings: Settings) -> AsyncIterator[tuple[Stack, Scope, uu
         )
         assert 1 == len(await held.fetch(1, timeout=5))  # delivered, never acked
     await nc.close()
-    running = await start_stack(settings, ALL_COMPONENTS)
-    yield running, scope, first.event_id
-    await running.stop()
-    await _delete_streams(settings.nats_url or "", settings)
+    # The factory starts from a clean database and the stream as it stands (created above).
+    running = await make_stack(changes={"ack_wait_seconds": 2.0}, keep_streams=True)
+    return running, scope, first.event_id
 
 
 @pytest.mark.model

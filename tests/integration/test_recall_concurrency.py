@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from memoryd.services.bootstrap import Stack, start_stack
+from memoryd.services.bootstrap import Stack
 from memoryd.shared.adapters.embeddings import MINILM_DIMENSION
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex, build_index
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
 from memoryd.shared.settings import Settings
-from tests.conftest import _delete_streams, _reset_database, unique
+from tests.conftest import StackFactory, unique
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +24,7 @@ class HeldIndex:
 
     def __init__(self, inner: SearchIndex) -> None:
         self._inner = inner
+        self.entered = asyncio.Event()  # a slow search has started and is holding
         self.release = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
@@ -31,23 +32,21 @@ class HeldIndex:
 
     async def search_sparse(self, text: str, filter: ScopeFilter, limit: int = 10) -> list[Hit]:
         if "slow" in text:
+            self.entered.set()
             await self.release.wait()
         return await self._inner.search_sparse(text, filter, limit)
 
 
 @pytest.fixture
-async def held(settings: Settings) -> AsyncIterator[tuple[Stack, HeldIndex]]:
-    await _delete_streams(settings.nats_url or "", settings)
-    await _reset_database(settings)
+async def held(
+    settings: Settings, make_stack: StackFactory
+) -> AsyncIterator[tuple[Stack, HeldIndex]]:
     index = build_index(None, settings.data_dir / "index", MINILM_DIMENSION)
     await index.ensure_collection()
     wrapped = HeldIndex(index)
-    running = await start_stack(settings, ["recall"], index=wrapped)  # type: ignore[arg-type]
-    yield running, wrapped
+    yield await make_stack(["recall"], index=wrapped), wrapped
     wrapped.release.set()
-    await running.stop()
     await index.close()
-    await _delete_streams(settings.nats_url or "", settings)
 
 
 async def test_a_slow_recall_does_not_hold_back_the_next(
@@ -59,7 +58,7 @@ async def test_a_slow_recall_does_not_hold_back_the_next(
     scope = Scope(tenant=unique("t"), user_id=unique("u"))
     try:
         slow = asyncio.create_task(client.recall(scope, "a slow question", timeout=60.0))
-        await asyncio.sleep(0.5)  # the slow request is in the service, waiting on the index
+        await asyncio.wait_for(index.entered.wait(), 20.0)  # in the service, on the index
 
         fast = await client.recall(scope, "a quick question", timeout=20.0)
 

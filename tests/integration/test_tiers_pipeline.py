@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+from memoryd.services.bootstrap import Stack, build_projections
 from memoryd.services.runtime.replay import replay
 from memoryd.shared.adapters.sql.schema import table_checksum
 from memoryd.shared.adapters.sql.tables import MEMORYOS_READ_MODELS, stm_pages
@@ -20,8 +20,7 @@ from memoryd.shared.contracts.memoryos import (
     SegmentPromoted,
     SegmentsVisited,
 )
-from memoryd.shared.settings import Settings
-from tests.conftest import _delete_streams, _reset_database, unique
+from tests.conftest import StackFactory, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -40,22 +39,13 @@ TAXES = ("When is the income tax return due?", "The income tax return is due in 
 FILLER = ("ok thanks", "You are welcome.")
 
 
-async def tier_stack(settings: Settings, **changes: object) -> AsyncIterator[Stack]:
-    """Yield a running stack whose STM keeps one page, so every next turn files a page."""
-    tuned = settings.model_copy(update={"stm_capacity": 1, **changes})
-    await _delete_streams(tuned.nats_url or "", tuned)
-    await _reset_database(tuned)
-    running = await start_stack(tuned, ALL_COMPONENTS)
-    yield running
-    await running.stop()
-    await _delete_streams(tuned.nats_url or "", tuned)
-
-
 @pytest.fixture
-async def tiers(settings: Settings) -> AsyncIterator[Stack]:
-    """Yield a stack with the paper's MTM parameters."""
-    async for running in tier_stack(settings):
-        yield running
+async def tiers(make_stack: StackFactory) -> Stack:
+    """Return a stack with the paper's MTM parameters whose STM keeps one page.
+
+    So every next turn files a page.
+    """
+    return await make_stack(changes={"stm_capacity": 1})
 
 
 @pytest.fixture
@@ -130,18 +120,16 @@ async def test_a_hot_segment_is_promoted_exactly_once(
     assert 2 == promoted[0].visits_at_promotion
 
 
-async def test_the_coldest_segment_is_evicted_at_capacity(
-    settings: Settings,
-) -> None:
+async def test_the_coldest_segment_is_evicted_at_capacity(make_stack: StackFactory) -> None:
     """With room for two segments, a new topic evicts the coldest: one page, filed longest ago."""
-    async for stack in tier_stack(settings, mtm_max_segments=2):
-        async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as c:
-            scope = new_scope()
-            await play(c, scope, [BREAD[0], BREAD[1], STARS, FILLER])
-            await play(c, scope, [TAXES, FILLER], start=10)
-            filed = {e.query: e.segment_id for e in await logged(stack, PageFiled)}
-            evicted = await logged(stack, SegmentEvicted)
-            answer = await c.recall(scope, "income tax return")
+    stack = await make_stack(changes={"stm_capacity": 1, "mtm_max_segments": 2})
+    async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as c:
+        scope = new_scope()
+        await play(c, scope, [BREAD[0], BREAD[1], STARS, FILLER])
+        await play(c, scope, [TAXES, FILLER], start=10)
+        filed = {e.query: e.segment_id for e in await logged(stack, PageFiled)}
+        evicted = await logged(stack, SegmentEvicted)
+        answer = await c.recall(scope, "income tax return")
 
     assert filed[STARS[0]] == evicted[0].segment_id
     assert filed[BREAD[0][0]] not in {e.segment_id for e in evicted}
@@ -149,17 +137,19 @@ async def test_the_coldest_segment_is_evicted_at_capacity(
     assert 2 == len(answer.memoryos.segments)
 
 
-async def test_a_stated_move_becomes_a_profile_fact_recall_returns(settings: Settings) -> None:
+async def test_a_stated_move_becomes_a_profile_fact_recall_returns(
+    make_stack: StackFactory,
+) -> None:
     """The offline extractor learns "moved to Lisbon"; recall returns it for "where"."""
-    async for stack in tier_stack(settings, mtm_promotion_tau=0.5):
-        async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as c:
-            scope = new_scope()
-            async with c.notifications(scope.tenant, scope.user_id) as queue:
-                await play(c, scope, [("I moved to Lisbon last month", "Nice!"), FILLER])
-                kinds = set()
-                while not {"page.filed", "segment.promoted", "facts.learned"} <= kinds:
-                    kinds.add((await asyncio.wait_for(queue.get(), timeout=30)).kind)
-            answer = await c.recall(scope, "where does the user live?")
+    stack = await make_stack(changes={"stm_capacity": 1, "mtm_promotion_tau": 0.5})
+    async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as c:
+        scope = new_scope()
+        async with c.notifications(scope.tenant, scope.user_id) as queue:
+            await play(c, scope, [("I moved to Lisbon last month", "Nice!"), FILLER])
+            kinds = set()
+            while not {"page.filed", "segment.promoted", "facts.learned"} <= kinds:
+                kinds.add((await asyncio.wait_for(queue.get(), timeout=30)).kind)
+        answer = await c.recall(scope, "where does the user live?")
 
     context = answer.memoryos
     assert [("location", "Lisbon")] == [(p.attribute, p.value) for p in context.profile]
