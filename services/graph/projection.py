@@ -21,6 +21,7 @@ from memoryd.services.graph.extraction import (
     item_of,
     name_key,
     recorded,
+    step_failures,
 )
 from memoryd.services.indexer.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.services.runtime.projection import Effects, Positioned
@@ -91,7 +92,10 @@ class GraphProjection:
             if isinstance(event, TurnRecorded | MemoryRemembered):
                 await self._store_item(session, event)
                 if live:
-                    effects.derived.append(recorded(event, await extract(self._llm, event)))
+                    # A failed LLM step falls back to the offline rules and is recorded.
+                    extraction = await extract(self._llm, event)
+                    effects.derived += step_failures(event, extraction)
+                    effects.derived.append(recorded(event, extraction.found))
             elif isinstance(event, GraphExtracted):
                 await self._fold(session, event, item.sequence)
             else:
