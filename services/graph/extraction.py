@@ -27,6 +27,7 @@ from memoryd.shared.contracts.retrieval import (
     GraphExtracted,
     GraphRelation,
 )
+from memoryd.shared.domain.memories import memory_identity
 
 GraphSource = TurnRecorded | MemoryRemembered
 # Relations a subject holds with one target at a time: a newer target contradicts the older.
@@ -59,7 +60,7 @@ def item_of(event: GraphSource) -> tuple[str, uuid.UUID]:
     """Return the kind and index point id of the item an event creates."""
     if isinstance(event, TurnRecorded):
         return "turn", point_id(event.event_id, "turn", event.scope)
-    return "memory", point_id(event.memory_id, "memory", event.scope)
+    return "memory", point_id(memory_identity(event), "memory", event.scope)
 
 
 def merge(first: GraphExtraction, second: GraphExtraction) -> GraphExtraction:

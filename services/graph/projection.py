@@ -39,6 +39,7 @@ from memoryd.shared.contracts.events import (
     derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
+from memoryd.shared.domain.memories import memory_identity
 
 NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
 
@@ -68,7 +69,7 @@ def item_row(event: GraphSource) -> dict[str, object]:
     if isinstance(event, MemoryRemembered):
         return row | {
             "category": event.category.value,
-            "memory_id": event.memory_id,
+            "memory_id": memory_identity(event),
             "text": memory_text(event),
         }
     return row | {"text": turn_text(event)}

@@ -140,7 +140,10 @@ class MemoryRemembered(Event):
     """An explicit memory was stored (or replaced: same key, same scope)."""
 
     type: Literal["memory.remembered.v1"] = "memory.remembered.v1"
-    memory_id: uuid.UUID
+    # Optional since keys became the identity: with a key, the service derives the id from
+    # the scope and key (``domain.memories.memory_identity``) and ignores this one; without
+    # a key it names the memory, and without either the event id does.
+    memory_id: uuid.UUID | None = None
     key: MemoryKey | None = None
     content: Text
     category: Category = Category.CORE

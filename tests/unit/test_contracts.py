@@ -22,6 +22,7 @@ from memoryd.shared.contracts import (
 )
 from memoryd.shared.contracts.events import MAX_TEXT_CHARS
 from memoryd.shared.contracts.schema_export import render_schemas
+from memoryd.shared.domain.memories import memory_id_for_key, memory_identity
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -132,3 +133,19 @@ def test_nul_characters_are_refused_in_every_text_field(fields: dict[str, object
         MemoryRemembered(occurred_at=NOW, scope=SCOPE, **fields)
     with pytest.raises(ValidationError, match="NUL"):
         TurnRecorded(occurred_at=NOW, scope=SCOPE, query="q\x00", response="r")
+
+
+def test_a_key_is_a_memory_identity_whatever_id_the_client_sends() -> None:
+    """Two remembers of one key with different ids name one memory; so does forget by key."""
+    first = MemoryRemembered(
+        occurred_at=NOW, scope=SCOPE, memory_id=uuid.uuid4(), key="diet", content="a"
+    )
+    second = MemoryRemembered(
+        occurred_at=NOW, scope=SCOPE, memory_id=uuid.uuid4(), key="diet", content="b"
+    )
+    forget = MemoryForgotten(occurred_at=NOW, scope=SCOPE, key="diet")
+    keyless = MemoryRemembered(occurred_at=NOW, scope=SCOPE, content="c")
+
+    assert memory_identity(first) == memory_identity(second) == memory_identity(forget)
+    assert memory_id_for_key(SCOPE, "diet") == memory_identity(first)
+    assert keyless.event_id == memory_identity(keyless)
