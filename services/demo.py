@@ -106,5 +106,5 @@ async def run_tiers_demo(client: MemoryClient, out: list[str] | None = None) -> 
     answer = await client.recall(scope, "where does the user live?")
     lines.append(f"notifications seen: {dict(sorted(kinds.items()))}")
     lines.append("Recall for 'where does the user live?':")
-    lines.append(answer.memoryos.context)
+    lines.append(answer.context)
     return lines

@@ -7,11 +7,19 @@ records it, so replay folds the recorded entities and never calls the extractor.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from memoryd.services.indexer.items import point_id
-from memoryd.shared.adapters.llm import MemoryLlm
+from memoryd.shared.adapters.llm import (
+    FALLBACK,
+    LlmFailure,
+    MemoryLlm,
+    OfflineExtractor,
+    answer_or_fallback,
+)
 from memoryd.shared.adapters.llm.port import GraphExtraction
 from memoryd.shared.contracts.events import MemoryRemembered, TurnRecorded, derived_id
+from memoryd.shared.contracts.memoryos import LlmStepFailed
 from memoryd.shared.contracts.retrieval import (
     MAX_GRAPH_ITEMS,
     MAX_NAME_CHARS,
@@ -19,6 +27,7 @@ from memoryd.shared.contracts.retrieval import (
     GraphExtracted,
     GraphRelation,
 )
+from memoryd.shared.domain.memories import memory_identity
 
 GraphSource = TurnRecorded | MemoryRemembered
 # Relations a subject holds with one target at a time: a newer target contradicts the older.
@@ -51,7 +60,7 @@ def item_of(event: GraphSource) -> tuple[str, uuid.UUID]:
     """Return the kind and index point id of the item an event creates."""
     if isinstance(event, TurnRecorded):
         return "turn", point_id(event.event_id, "turn", event.scope)
-    return "memory", point_id(event.memory_id, "memory", event.scope)
+    return "memory", point_id(memory_identity(event), "memory", event.scope)
 
 
 def merge(first: GraphExtraction, second: GraphExtraction) -> GraphExtraction:
@@ -60,14 +69,53 @@ def merge(first: GraphExtraction, second: GraphExtraction) -> GraphExtraction:
     return GraphExtraction(entities=tuple(entities.values()), relations=first.relations)
 
 
-async def extract(llm: MemoryLlm, event: GraphSource) -> GraphExtraction:
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """What the extractor found in one source event, and the LLM steps that fell back."""
+
+    found: GraphExtraction
+    failures: tuple[tuple[str, LlmFailure], ...] = ()  # (the side read, the failure)
+
+
+_OFFLINE = OfflineExtractor()
+
+
+async def _read(llm: MemoryLlm, text: str) -> tuple[GraphExtraction, LlmFailure | None]:
+    """Ask the extractor; when an LLM step fails, the offline rules answer instead."""
+    return await answer_or_fallback(
+        lambda: llm.extract_graph(text), lambda: _OFFLINE.extract_graph(text)
+    )
+
+
+async def extract(llm: MemoryLlm, event: GraphSource) -> Extraction:
     """Ask the extractor: relations from what the user said, entities from every side."""
     if isinstance(event, MemoryRemembered):
-        return await llm.extract_graph(event.content)
-    said = await llm.extract_graph(event.query) if event.query.strip() else GraphExtraction()
-    if not event.response.strip():
-        return said
-    return merge(said, await llm.extract_graph(event.response))
+        found, failure = await _read(llm, event.content)
+        return Extraction(found, (("content", failure),) if failure else ())
+    sides = [("query", event.query), ("response", event.response)]
+    answers = {side: await _read(llm, text) for side, text in sides if text.strip()}
+    failures = tuple((side, failure) for side, (_, failure) in answers.items() if failure)
+    said = answers["query"][0] if "query" in answers else GraphExtraction()
+    if "response" not in answers:
+        return Extraction(said, failures)
+    return Extraction(merge(said, answers["response"][0]), failures)
+
+
+def step_failures(event: GraphSource, extraction: Extraction) -> list[LlmStepFailed]:
+    """Record each failed extraction step (id derived from the event and the side read)."""
+    return [
+        LlmStepFailed(
+            event_id=derived_id(event.event_id, f"llm.failed:{failure.step}:{side}"),
+            occurred_at=event.occurred_at,
+            scope=event.scope,
+            cause_event_id=event.event_id,
+            step=failure.step,
+            reason=failure.reason[:2_000],
+            attempts=failure.attempts,
+            fallback=FALLBACK,
+        )
+        for side, failure in extraction.failures
+    ]
 
 
 def _fits(*names: str) -> bool:

@@ -21,6 +21,7 @@ from memoryd.services.graph.extraction import (
     item_of,
     name_key,
     recorded,
+    step_failures,
 )
 from memoryd.services.indexer.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.services.runtime.projection import Effects, Positioned
@@ -38,6 +39,7 @@ from memoryd.shared.contracts.events import (
     derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
+from memoryd.shared.domain.memories import memory_identity
 
 NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
 
@@ -67,7 +69,7 @@ def item_row(event: GraphSource) -> dict[str, object]:
     if isinstance(event, MemoryRemembered):
         return row | {
             "category": event.category.value,
-            "memory_id": event.memory_id,
+            "memory_id": memory_identity(event),
             "text": memory_text(event),
         }
     return row | {"text": turn_text(event)}
@@ -92,7 +94,10 @@ class GraphProjection:
             if isinstance(event, TurnRecorded | MemoryRemembered):
                 await self._store_item(session, event)
                 if live:
-                    effects.derived.append(recorded(event, await extract(self._llm, event)))
+                    # A failed LLM step falls back to the offline rules and is recorded.
+                    extraction = await extract(self._llm, event)
+                    effects.derived += step_failures(event, extraction)
+                    effects.derived.append(recorded(event, extraction.found))
             elif isinstance(event, GraphExtracted):
                 await self._fold(session, event, item.sequence)
             else:

@@ -30,7 +30,7 @@ from memoryd.shared.contracts.events import (
 )
 from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
-from memoryd.shared.domain.memories import memory_id_for_key
+from memoryd.shared.domain.memories import memory_identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,26 +190,26 @@ def turn_keys(
 
 
 def memory_upsert(event: MemoryRemembered) -> Upsert:
-    """Index an explicit memory (key and content), keyed by its memory id."""
-    fields = _payload(event.scope, "memory", event, event.memory_id)
+    """Index an explicit memory (key and content), keyed by its identity."""
+    memory_id = memory_identity(event)
+    fields = _payload(event.scope, "memory", event, memory_id)
     fields |= {
         "turn_id": None,
         "category": event.category.value,
         "memory_type": event.memory_type.value,
         "importance": event.importance,
         "evergreen": event.evergreen,
-        "extra": {"memory_id": str(event.memory_id), "key": event.key},
+        "extra": {"memory_id": str(memory_id), "key": event.key},
     }
     text = memory_text(event)
     return Upsert(
-        point_id(event.memory_id, "memory", event.scope), text, IndexPayload.model_validate(fields)
+        point_id(memory_id, "memory", event.scope), text, IndexPayload.model_validate(fields)
     )
 
 
 def forget_ids(event: MemoryForgotten) -> tuple[uuid.UUID, ...]:
-    """Return the point a forget removes (a key names the id the client derived for it)."""
-    memory_id = event.memory_id or memory_id_for_key(event.scope, event.key or "")
-    return (point_id(memory_id, "memory", event.scope),)
+    """Return the point a forget removes (by key or by id: the memory's one identity)."""
+    return (point_id(memory_identity(event), "memory", event.scope),)
 
 
 def session_filter(event: SessionEnded) -> ScopeFilter:

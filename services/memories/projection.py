@@ -20,7 +20,7 @@ from memoryd.shared.contracts.events import (
     SessionEnded,
 )
 from memoryd.shared.contracts.notifications import MemoryUpdated
-from memoryd.shared.domain.memories import expires_at
+from memoryd.shared.domain.memories import expires_at, memory_identity
 
 
 def _note(kind: str, event: AnyEvent, sequence: int, ids: Sequence[object]) -> MemoryUpdated:
@@ -55,7 +55,7 @@ class MemoriesProjection:
             if isinstance(event, MemoryRemembered):
                 await self._remember(session, event, item.sequence)
                 effects.notifications.append(
-                    _note("memory.stored", event, item.sequence, [event.memory_id])
+                    _note("memory.stored", event, item.sequence, [memory_identity(event)])
                 )
             elif isinstance(event, MemoryForgotten):
                 gone = await self._forget(session, event)
@@ -70,9 +70,10 @@ class MemoriesProjection:
 
     async def _remember(self, session: AsyncSession, event: MemoryRemembered, seq: int) -> None:
         scope = event.scope
+        memory_id = memory_identity(event)
         owner = await session.execute(
             select(memories.c.tenant, memories.c.user_id, memories.c.created_at).where(
-                memories.c.memory_id == event.memory_id
+                memories.c.memory_id == memory_id
             )
         )
         existing = owner.first()
@@ -87,7 +88,7 @@ class MemoriesProjection:
             memories,
             [
                 {
-                    "memory_id": event.memory_id,
+                    "memory_id": memory_id,
                     "tenant": scope.tenant,
                     "user_id": scope.user_id,
                     "agent_id": scope.agent_id,
@@ -115,15 +116,8 @@ class MemoriesProjection:
     async def _forget(self, session: AsyncSession, event: MemoryForgotten) -> list[object]:
         scope = event.scope
         owned = (memories.c.tenant == scope.tenant) & (memories.c.user_id == scope.user_id)
-        if event.memory_id is not None:
-            where = owned & (memories.c.memory_id == event.memory_id)
-        else:
-            where = (
-                owned
-                & (memories.c.agent_id == scope.agent_id)
-                & (memories.c.namespace == scope.namespace)
-                & (memories.c.key == event.key)
-            )
+        # By key or by id, a forget names one identity: the same one the index and graph drop.
+        where = owned & (memories.c.memory_id == memory_identity(event))
         result = await session.execute(
             delete(memories).where(where).returning(memories.c.memory_id)
         )

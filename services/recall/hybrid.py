@@ -505,10 +505,12 @@ def assemble(
     items: Sequence[RetrievedItem],
     max_tokens: int,
 ) -> tuple[str, list[PageItem], list[MemoryItem], list[RetrievedItem], int]:
-    """Assemble the context in budget: conversation, facts, episodes, knowledge.
+    """Assemble the context in budget: conversation, memories, episodes, knowledge.
 
     The newest pages are kept when the budget is short; every other section keeps its best
-    items first and is trimmed from the tail. A memory already listed is not repeated.
+    items first and is trimmed from the tail. Memories are rendered from ``memories`` only:
+    an item of kind "memory" is kept when its memory is shown, never rendered twice. What
+    is returned is exactly what the context shows.
     Titles count, so the whole context never exceeds ``max_tokens`` (by ``estimate_tokens``).
     """
     title = "## Recent conversation"
@@ -521,15 +523,13 @@ def assemble(
         kept_pages.insert(0, page)
         used += cost
     used = used if kept_pages else 0
-    listed = {str(m.memory_id) for m in memories}
-    extra_facts = [i for i in items if i.kind == "memory" and i.memory_id not in listed]
-    fact_lines = [f"- {m.content}" for m in memories] + [f"- {i.text}" for i in extra_facts]
-    facts, used, n_facts = _section("## Memories", fact_lines, used, max_tokens)
+    facts, used, n_facts = _section(
+        "## Memories", [f"- {m.content}" for m in memories], used, max_tokens
+    )
     kept_memories = list(memories[:n_facts])
     shown = {str(m.memory_id) for m in kept_memories}
-    # A memory item the keyword list already shows is in the context: keep it, at no cost.
+    # A memory item is shown as its memory (the SQL row: the index may lag a forget).
     kept_items = [i for i in items if i.kind == "memory" and i.memory_id in shown]
-    kept_items += extra_facts[: max(0, n_facts - len(memories))]
     on_page = {str(page.turn_id) for page in kept_pages}
     # A turn already shown as a recent page is in the context: keep it, at no cost.
     kept_items += [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id in on_page]

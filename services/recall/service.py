@@ -21,6 +21,7 @@ from memoryd.shared.contracts.recall import (
     RecallError,
     RecallRequest,
     RecallResponse,
+    RetrievedItem,
 )
 from memoryd.shared.contracts.retrieval import MemoriesRecalled
 from memoryd.shared.domain.memories import keyword_score
@@ -96,6 +97,31 @@ async def recall(
 
 
 # --- hybrid retrieval ---------------------------------------------------------------
+def with_found_memories(
+    ranked: Sequence[MemoryItem],
+    rows: Sequence[Mapping[str, Any]],
+    items: Sequence[RetrievedItem],
+    limit: int,
+) -> tuple[list[MemoryItem], list[RetrievedItem]]:
+    """Add the memories hybrid retrieval found to the keyword-ranked ones (at most ``limit``).
+
+    The SQL rows are the truth: a memory item whose row is gone (forgotten, expired, or not
+    yet applied by the memories projection) is dropped from the items, so recall never shows
+    a memory the read model does not hold. Return the memories and the items to assemble.
+    """
+    by_id = {str(row["memory_id"]): row for row in rows}
+    memories = list(ranked)
+    listed = {str(m.memory_id) for m in memories}
+    for item in items:
+        if item.kind != "memory" or item.memory_id in listed or item.memory_id not in by_id:
+            continue
+        memories.append(MemoryItem.model_validate({**by_id[item.memory_id], "score": item.score}))
+        listed.add(item.memory_id)
+    memories = memories[:limit]
+    kept = {str(m.memory_id) for m in memories}
+    return memories, [i for i in items if i.kind != "memory" or i.memory_id in kept]
+
+
 RecordVisit = Callable[[Event], Awaitable[object]]
 
 
@@ -121,10 +147,11 @@ async def _hybrid_recall(
         conversation(), retriever.retrieve(request, now)
     )
     ranked = rank_memories(request.query, rows, request.limit)
-    context, pages, ranked, items, tokens = assemble(pages, ranked, items, request.max_tokens)
+    found, items = with_found_memories(ranked, rows, items, request.limit)
+    context, pages, found, items, tokens = assemble(pages, found, items, request.max_tokens)
     return RecallResponse(
         pages=pages,
-        memories=ranked,
+        memories=found,
         context=context,
         tokens=tokens,
         items=items,

@@ -8,7 +8,7 @@ as a segments-visited event for the caller to record, so heat is a fold of the l
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -173,36 +173,51 @@ def segment_provenance(pages: Sequence[_Page]) -> dict[str, Provenance]:
     }
 
 
-def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[str, int]:
-    """Render the tiers as a prompt block within ``max_tokens``, trimmed from the tail."""
-    lines: list[str] = []
-    if context.profile:
-        lines.append("## User profile")
-        lines += [f"- {item.attribute}: {item.value}" for item in context.profile]
-    if context.knowledge:
-        lines.append("## What the user told before")
-        lines += [f"- {item.text}" for item in context.knowledge]
-    if context.segments:
-        lines.append("## Related past topics")
-        lines += [f"- {item.summary}" for item in context.segments if item.summary]
-    if context.segment_pages:
-        lines.append("## Related past exchanges")
-        lines += [f"User: {p.query}\nAgent: {p.response}" for p in context.segment_pages]
-    if context.traits:
-        lines.append("## User traits")
-        lines += [f"- {item.trait_id}: {item.evidence}" for item in context.traits]
-    if context.agent_traits:
-        lines.append("## What the user wants from the agent")
-        lines += [f"- {item.text}" for item in context.agent_traits]
+def segment_line(segment: SegmentItem) -> str:
+    """Render a segment: its summary, else its keywords (a segment is never shown blank)."""
+    return f"- {segment.summary or ', '.join(segment.keywords) or segment.segment_id}"
+
+
+# Each tier, in prompt order: its title, its field, and how one of its entries is rendered.
+TIER_SECTIONS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("## User profile", "profile", lambda p: f"- {p.attribute}: {p.value}"),
+    ("## What the user told before", "knowledge", lambda f: f"- {f.text}"),
+    ("## Related past topics", "segments", segment_line),
+    (
+        "## Related past exchanges",
+        "segment_pages",
+        lambda p: f"User: {p.query}\nAgent: {p.response}",
+    ),
+    ("## User traits", "traits", lambda t: f"- {t.trait_id}: {t.evidence}"),
+    ("## What the user wants from the agent", "agent_traits", lambda f: f"- {f.text}"),
+)
+
+
+def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[MemoryOsContext, str, int]:
+    """Render the tiers as a prompt block within ``max_tokens``, trimmed from the tail.
+
+    Return the context holding exactly the entries the block shows (a trimmed entry leaves
+    the structured fields too), the block, and the tokens it costs (titles included).
+    """
     used = 0
-    kept: list[str] = []
-    for line in lines:
-        cost = estimate_tokens(line + "\n")
-        if used + cost > max_tokens:
-            break
-        kept.append(line)
-        used += cost
-    return "\n".join(kept), used
+    lines: list[str] = []
+    kept: dict[str, list[Any]] = {name: [] for _, name, _ in TIER_SECTIONS}
+    full = False
+    for title, name, render in TIER_SECTIONS:
+        for entry in getattr(context, name):
+            line = render(entry)
+            cost = estimate_tokens(line + "\n")
+            if not kept[name]:
+                cost += estimate_tokens(title + "\n")
+            if full or used + cost > max_tokens:
+                full = True
+                break
+            if not kept[name]:
+                lines.append(title)
+            lines.append(line)
+            kept[name].append(entry)
+            used += cost
+    return context.model_copy(update=kept), "\n".join(lines), used
 
 
 class TierRecall:
@@ -235,8 +250,7 @@ class TierRecall:
             provenance = await load_provenance(session, sources)
         context = self._context(query_vec, top, segment_pages, persona, provenance, now)
         remaining = max(0, request.max_tokens - response.tokens)
-        block, tokens = render_tiers(context, remaining)
-        context = context.model_copy(update={"context": block})
+        context, block, tokens = render_tiers(context, remaining)
         joined = "\n".join(part for part in (response.context, block) if part)
         enriched = response.model_copy(
             update={

@@ -31,7 +31,7 @@ from memoryd.shared.contracts.recall import (
     RecallResponse,
 )
 from memoryd.shared.contracts.scope import Scope, SearchScope
-from memoryd.shared.domain.memories import memory_id_for_key
+from memoryd.shared.domain.memories import memory_identity
 
 _reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
 
@@ -111,23 +111,24 @@ class MemoryClient:
         metadata: dict[str, Any] | None = None,
         occurred_at: datetime | None = None,
     ) -> uuid.UUID:
-        """Store an explicit memory; the same key in the same scope replaces it. Return its id."""
-        memory_id = memory_id_for_key(scope, key.strip()) if key else uuid.uuid4()
-        await self.publish(
-            MemoryRemembered(
-                occurred_at=occurred_at or _now(),
-                scope=scope,
-                memory_id=memory_id,
-                key=key,
-                content=content,
-                category=category,
-                memory_type=memory_type,
-                importance=importance,
-                evergreen=evergreen,
-                metadata=metadata or {},
-            )
+        """Store an explicit memory; the same key in the same scope replaces it. Return its id.
+
+        The service decides the id (``memory_identity``): derived from the scope and key when
+        a key is given, else the event's id. Forget by that id or by the key.
+        """
+        event = MemoryRemembered(
+            occurred_at=occurred_at or _now(),
+            scope=scope,
+            key=key,
+            content=content,
+            category=category,
+            memory_type=memory_type,
+            importance=importance,
+            evergreen=evergreen,
+            metadata=metadata or {},
         )
-        return memory_id
+        await self.publish(event)
+        return memory_identity(event)
 
     async def forget(
         self, scope: Scope, memory_id: uuid.UUID | None = None, key: str | None = None

@@ -11,6 +11,7 @@ from typing import Annotated
 from pydantic import Field, TypeAdapter
 
 from memoryd.shared.contracts.events import (
+    WIRE,
     Event,
     MemoryForgotten,
     MemoryRemembered,
@@ -78,8 +79,12 @@ event_adapter: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 
 
 def decode_event(data: bytes) -> AnyEvent:
-    """Parse and validate one event from its JSON bytes (raises pydantic.ValidationError)."""
-    return event_adapter.validate_json(data)
+    """Parse and validate one event from its JSON bytes (raises pydantic.ValidationError).
+
+    The wire rules apply: the bytes must carry ``event_id`` (a Python constructor may leave it
+    to its default, a log message may not), so every projection knows the event by one id.
+    """
+    return event_adapter.validate_json(data, context={WIRE: True})
 
 
 def encode_event(event: Event) -> bytes:

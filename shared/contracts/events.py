@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     model_validator,
 )
 
@@ -59,14 +60,66 @@ class MemoryType(StrEnum):
     PROCEDURAL = "procedural"
 
 
+# Decoding bytes from the log passes this validation context: on the wire every event must
+# carry its ``event_id``, while a Python constructor may still leave it to the default.
+WIRE = "wire"
+
+
+def _wire_schema(schema: dict[str, Any]) -> None:
+    """List ``event_id`` as required: a publisher that is not the SDK must send it."""
+    required = schema.setdefault("required", [])
+    if "event_id" not in required:
+        required.insert(0, "event_id")
+
+
+def nul_path(value: object, path: str = "") -> str | None:
+    """Return where a NUL character hides in ``value`` (keys and nested values), else None."""
+    if isinstance(value, str):
+        return (path or "(text)") if "\x00" in value else None
+    if isinstance(value, BaseModel):
+        value = dict(value)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                return f"{here} (a key)"
+            found = nul_path(item, here)
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for n, item in enumerate(value):
+            found = nul_path(item, f"{path}[{n}]")
+            if found:
+                return found
+    return None
+
+
 class Event(BaseModel):
     """Fields every event carries."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_wire_schema)
 
+    # Required on the wire (see ``WIRE``): the one identity every projection uses. A publisher
+    # sets the ``Nats-Msg-Id`` header to the same value, so the stream drops a re-publish.
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     occurred_at: AwareDatetime
     scope: Scope
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wire_rules(cls, data: Any, info: ValidationInfo) -> Any:
+        # PostgreSQL cannot store NUL in text (SQLite can): refuse it here, for every text
+        # field, key and nested metadata string, so both databases see the same events.
+        where = nul_path(data)
+        if where is not None:
+            raise ValueError(f"text must not contain NUL characters (\\u0000): {where}")
+        wire = isinstance(info.context, dict) and info.context.get(WIRE)
+        if wire and isinstance(data, dict) and data.get("event_id") is None:
+            raise ValueError(
+                "event_id is required on the wire: set it (a UUID) and the Nats-Msg-Id "
+                "header to the same value"
+            )
+        return data
 
 
 class TurnRecorded(Event):
@@ -87,7 +140,10 @@ class MemoryRemembered(Event):
     """An explicit memory was stored (or replaced: same key, same scope)."""
 
     type: Literal["memory.remembered.v1"] = "memory.remembered.v1"
-    memory_id: uuid.UUID
+    # Optional since keys became the identity: with a key, the service derives the id from
+    # the scope and key (``domain.memories.memory_identity``) and ignores this one; without
+    # a key it names the memory, and without either the event id does.
+    memory_id: uuid.UUID | None = None
     key: MemoryKey | None = None
     content: Text
     category: Category = Category.CORE

@@ -168,7 +168,11 @@ class TraitItem(BaseModel):
 
 
 class MemoryOsContext(BaseModel):
-    """The MemoryOS tiers for a query: segments, their pages, persona, and the prompt block."""
+    """The MemoryOS tiers for a query: segments, their pages, and the persona.
+
+    Each entry here is rendered in the response's ``context`` (and nothing else of the tiers
+    is): the block has no copy of its own.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -178,7 +182,6 @@ class MemoryOsContext(BaseModel):
     agent_traits: list[FactItem] = []
     profile: list[ProfileItem] = []
     traits: list[TraitItem] = []
-    context: str = ""
 
 
 class RecallRequest(BaseModel):
@@ -239,7 +242,17 @@ class MemoryItem(BaseModel):
 
 
 class RecallResponse(BaseModel):
-    """The memory context: pages, memories and the rendered, token-budgeted block."""
+    """The memory context: the structured items and ``context``, their one rendered block.
+
+    The fields and the block agree: everything ``context`` shows is in a field, and every
+    entry of a field is shown, section by section within ``max_tokens`` (``tokens``):
+    ``pages`` under "Recent conversation", ``memories`` under "Memories", the turns of
+    ``items`` not already among the pages under "Related conversation", then the MemoryOS
+    tiers of ``memoryos`` (profile, knowledge, past topics and exchanges, traits, wishes for
+    the agent). An ``items`` entry of kind "memory" is shown as its memory in ``memories``;
+    a turn already among ``pages`` is shown as that page. What the budget trims leaves the
+    fields too. ``sessions`` ranks the sessions the items came from (not rendered).
+    """
 
     model_config = ConfigDict(frozen=True)
 

@@ -6,7 +6,7 @@ import math
 import uuid
 from datetime import datetime, timedelta
 
-from memoryd.shared.contracts.events import Category
+from memoryd.shared.contracts.events import Category, MemoryForgotten, MemoryRemembered
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.text import terms
 
@@ -19,6 +19,21 @@ def memory_id_for_key(scope: Scope, key: str) -> uuid.UUID:
         MEMORY_NAMESPACE,
         "/".join((scope.tenant, scope.user_id, scope.agent_id, scope.namespace, key)),
     )
+
+
+def memory_identity(event: MemoryRemembered | MemoryForgotten) -> uuid.UUID:
+    """Return the id of the memory an event names: the service decides it, not the client.
+
+    A key is the identity within its scope (tenant, user, agent, namespace): the id derives
+    from it, and a ``memory_id`` the client sent along is ignored. Without a key the event's
+    ``memory_id`` names the memory; a keyless remember without one is known by its event id.
+    Every projection (memories, index, graph) resolves ids here, so they agree.
+    """
+    if event.key is not None:
+        return memory_id_for_key(event.scope, event.key)
+    if event.memory_id is not None:
+        return event.memory_id
+    return event.event_id
 
 
 def expires_at(category: Category, created_at: datetime, daily_ttl_days: int) -> datetime | None:

@@ -29,6 +29,7 @@ from memoryd.shared.contracts.events import (
     TurnRecorded,
 )
 from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.domain.memories import memory_identity
 from memoryd.shared.settings import Settings
 
 pytestmark = pytest.mark.model
@@ -121,7 +122,7 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     assert "Moved to Berlin.\nOk!" == (await index.search_sparse("Berlin", MINE, 1))[0].text
 
     ended = SessionEnded(occurred_at=T0, scope=ALICE)
-    forgot = MemoryForgotten(occurred_at=T0, scope=ALICE, memory_id=tea.memory_id)
+    forgot = MemoryForgotten(occurred_at=T0, scope=ALICE, memory_id=memory_identity(tea))
     await apply(sessions, projection, [forgot, ended])
     events += [forgot, ended]
     assert ["Moved to Berlin.\nOk!"] == [
@@ -160,7 +161,7 @@ async def test_a_daily_memory_expires_once_after_its_ttl(
     async with sessions() as session:
         assert [] == await due_expiries(session, T0 + timedelta(days=29))
         [expiry] = await due_expiries(session, T0 + timedelta(days=30))
-    assert (daily.memory_id, daily.event_id) == (expiry.memory_id, expiry.source_event_id)
+    assert (memory_identity(daily), daily.event_id) == (expiry.memory_id, expiry.source_event_id)
 
     await apply(sessions, indexer, [expiry])
 

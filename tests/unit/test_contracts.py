@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from memoryd.shared.contracts import (
+    EVENT_TYPES,
     MemoryForgotten,
     MemoryRemembered,
     Scope,
@@ -20,6 +22,7 @@ from memoryd.shared.contracts import (
 )
 from memoryd.shared.contracts.events import MAX_TEXT_CHARS
 from memoryd.shared.contracts.schema_export import render_schemas
+from memoryd.shared.domain.memories import memory_id_for_key, memory_identity
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 NOW = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -95,3 +98,54 @@ def test_unknown_event_types_and_fields_are_rejected() -> None:
         decode_event(raw.replace(b"turn.recorded.v1", b"turn.recorded.v9"))
     with pytest.raises(ValidationError, match="surprise"):
         decode_event(raw.replace(b'"query"', b'"surprise":1,"query"'))
+
+
+def test_an_event_read_from_the_wire_must_carry_its_event_id() -> None:
+    """Bytes without event_id are refused with the reason; a Python constructor fills it in."""
+    event = TurnRecorded(occurred_at=NOW, scope=SCOPE, query="hi", response="hello")
+    raw = event.model_dump(mode="json")
+    del raw["event_id"]
+
+    with pytest.raises(ValidationError, match="event_id is required on the wire"):
+        decode_event(json.dumps(raw).encode())
+    assert isinstance(event.event_id, uuid.UUID)
+
+
+def test_every_event_schema_lists_event_id_as_required() -> None:
+    """A publisher working from schemas/ learns that it must send event_id."""
+    for model in EVENT_TYPES:
+        assert "event_id" in model.model_json_schema()["required"], model.__name__
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"content": "a\x00b"},
+        {"content": "ok", "key": "k\x00"},
+        {"content": "ok", "metadata": {"note": "a\x00"}},
+        {"content": "ok", "metadata": {"no\x00te": "a"}},
+        {"content": "ok", "metadata": {"tags": ["x", {"deep": "\x00"}]}},
+    ],
+)
+def test_nul_characters_are_refused_in_every_text_field(fields: dict[str, object]) -> None:
+    """PostgreSQL cannot store NUL: the contract refuses it, naming where it was."""
+    with pytest.raises(ValidationError, match="NUL"):
+        MemoryRemembered(occurred_at=NOW, scope=SCOPE, **fields)
+    with pytest.raises(ValidationError, match="NUL"):
+        TurnRecorded(occurred_at=NOW, scope=SCOPE, query="q\x00", response="r")
+
+
+def test_a_key_is_a_memory_identity_whatever_id_the_client_sends() -> None:
+    """Two remembers of one key with different ids name one memory; so does forget by key."""
+    first = MemoryRemembered(
+        occurred_at=NOW, scope=SCOPE, memory_id=uuid.uuid4(), key="diet", content="a"
+    )
+    second = MemoryRemembered(
+        occurred_at=NOW, scope=SCOPE, memory_id=uuid.uuid4(), key="diet", content="b"
+    )
+    forget = MemoryForgotten(occurred_at=NOW, scope=SCOPE, key="diet")
+    keyless = MemoryRemembered(occurred_at=NOW, scope=SCOPE, content="c")
+
+    assert memory_identity(first) == memory_identity(second) == memory_identity(forget)
+    assert memory_id_for_key(SCOPE, "diet") == memory_identity(first)
+    assert keyless.event_id == memory_identity(keyless)

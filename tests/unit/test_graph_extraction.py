@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from memoryd.services.graph.extraction import recorded
+from memoryd.services.graph.extraction import Extraction, extract, recorded, step_failures
+from memoryd.shared.adapters.llm import LlmFailure, OfflineExtractor
 from memoryd.shared.adapters.llm.port import Entity, GraphExtraction, Relation
 from memoryd.shared.contracts.events import TurnRecorded, derived_id
 from memoryd.shared.contracts.scope import Scope
@@ -41,3 +42,22 @@ def test_junk_names_are_dropped_instead_of_failing_the_turn() -> None:
     )
     event = recorded(TURN, found)
     assert (["Lisbon"], ()) == ([e.name for e in event.entities], event.relations)
+
+
+class FailingLlm(OfflineExtractor):
+    """An LLM whose graph step always fails (the circuit is open)."""
+
+    async def extract_graph(self, text: str) -> GraphExtraction:
+        raise LlmFailure("extract_graph", "circuit open", 0)
+
+
+async def test_a_failed_llm_step_falls_back_to_the_offline_rules_and_is_recorded() -> None:
+    """The offline extractor answers; each side that failed becomes one llm.step_failed."""
+    turn = TURN.model_copy(update={"response": "Lisbon is lovely."})
+    extraction = await extract(FailingLlm(), turn)
+    failures = step_failures(turn, extraction)
+
+    assert await extract(OfflineExtractor(), turn) == Extraction(extraction.found)
+    assert [("extract_graph", "offline-v1")] * 2 == [(f.step, f.fallback) for f in failures]
+    assert 2 == len({f.event_id for f in failures})
+    assert {turn.event_id} == {f.cause_event_id for f in failures}

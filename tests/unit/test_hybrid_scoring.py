@@ -251,3 +251,12 @@ def test_a_turn_whose_speaker_the_query_names_gets_the_bonus() -> None:
     items, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False, priors)
     assert [B, A] == order(items)
     assert all(item.score <= 1.0 for item in items)
+
+
+def test_a_memory_item_is_shown_only_as_a_listed_memory() -> None:
+    """An index hit of a memory that ``memories`` does not list is neither rendered nor kept."""
+    stale = candidate(A, {"bm25": 1})
+    stale.fields |= {"kind": "memory", "text": "diet: eats no meat", "memory_id": str(A)}
+    items = score({A: stale}, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    context, _, memories, kept, _ = assemble([], [], items, 500)
+    assert ("", [], []) == (context, memories, kept)

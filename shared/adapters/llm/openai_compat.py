@@ -28,6 +28,7 @@ from memoryd.shared.adapters.llm.port import (
 )
 from memoryd.shared.adapters.llm.resilience import CircuitBreaker, backoff_delay
 from memoryd.shared.adapters.llm.traits import load_traits
+from memoryd.shared.contracts.events import nul_path
 
 __all__ = ["OpenAIChatLlm"]
 
@@ -69,13 +70,19 @@ def _parsed(content: str | None, schema: type[_Model]) -> _Model:
     if not content:
         raise _Retry("empty answer")
     try:
-        return schema.model_validate_json(_unfenced(content))
+        answer = schema.model_validate_json(_unfenced(content))
     except ValidationError as error:
         first = error.errors()[0]
         if first["type"] == "json_invalid":
             raise _Retry("malformed JSON") from error
         where = ".".join(str(part) for part in first["loc"])
         raise _Retry(f"schema mismatch at {where or 'top level'}: {first['msg']}") from error
+    # The events recording an answer refuse NUL characters (PostgreSQL cannot store them):
+    # such an answer is unusable, so it is retried and then falls back like any other.
+    nul_at = nul_path(answer)
+    if nul_at is not None:
+        raise _Retry(f"NUL character in the answer at {nul_at}")
+    return answer
 
 
 def _tidy_keywords(raw: Iterable[str], limit: int) -> list[str]:
