@@ -15,13 +15,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import structlog
-from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.shared.adapters.sql.tables import memories, memory_expirations
-from memoryd.shared.contracts.events import Category, Event, derived_id
+from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.stores import memories as memories_store
 
 log = structlog.get_logger(__name__)
 
@@ -30,33 +29,21 @@ Publish = Callable[[Sequence[Event]], Awaitable[object]]
 
 async def due_expiries(session: AsyncSession, now: datetime) -> list[MemoryExpired]:
     """Return an expiry for each daily memory version past its TTL and not yet expired."""
-    done = and_(
-        memory_expirations.c.memory_id == memories.c.memory_id,
-        memory_expirations.c.source_event_id == memories.c.source_event_id,
-    )
-    rows = await session.execute(
-        select(memories)
-        .outerjoin(memory_expirations, done)
-        .where(
-            memories.c.category == Category.DAILY.value,
-            memories.c.expires_at <= now,
-            memory_expirations.c.memory_id.is_(None),
-        )
-    )
+    rows = await memories_store.expiring(session, now)
     return [
         MemoryExpired(
-            event_id=derived_id(row.source_event_id, "memory.expired"),
+            event_id=derived_id(row["source_event_id"], "memory.expired"),
             occurred_at=now,
             scope=Scope(
-                tenant=row.tenant,
-                user_id=row.user_id,
-                agent_id=row.agent_id,
-                session_id=row.session_id,
-                namespace=row.namespace,
+                tenant=row["tenant"],
+                user_id=row["user_id"],
+                agent_id=row["agent_id"],
+                session_id=row["session_id"],
+                namespace=row["namespace"],
             ),
-            memory_id=row.memory_id,
-            source_event_id=row.source_event_id,
-            expires_at=_aware(row.expires_at),
+            memory_id=row["memory_id"],
+            source_event_id=row["source_event_id"],
+            expires_at=_aware(row["expires_at"]),
         )
         for row in rows
     ]

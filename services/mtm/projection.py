@@ -28,7 +28,6 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
-from memoryd.shared.adapters.sql.tables import mtm_pages, mtm_segments
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import Event, PageEvicted, derived_id
 from memoryd.shared.contracts.memoryos import (
@@ -41,12 +40,14 @@ from memoryd.shared.contracts.memoryos import (
 from memoryd.shared.domain.memoryos import MemoryOsParams, Vector, encode_vector
 from memoryd.shared.domain.mtm import (
     Segment,
+    SegmentChoice,
     choose_segment,
     heat,
     promotion_heat,
     segments_to_evict,
     should_promote,
 )
+from memoryd.shared.stores import mtm as mtm_store
 
 
 def page_text(query: str, response: str) -> str:
@@ -54,11 +55,41 @@ def page_text(query: str, response: str) -> str:
     return f"{query}\n{response}".strip()
 
 
+def filing(
+    evicted: PageEvicted,
+    choice: SegmentChoice,
+    keywords: Sequence[str],
+    vector: Vector,
+    deciders: tuple[str, str],
+) -> PageFiled:
+    """Return the decision to file an evicted page: into the chosen segment, or a new one.
+
+    ``deciders`` names the embedding model and the LLM (or extractor) that decided.
+    """
+    return PageFiled(
+        event_id=derived_id(evicted.event_id, "page.filed"),
+        occurred_at=evicted.occurred_at,
+        scope=evicted.scope,
+        cause_event_id=evicted.event_id,
+        turn_id=evicted.turn_id,
+        segment_id=choice.segment_id or str(derived_id(evicted.turn_id, "segment")),
+        opened=choice.is_new,
+        fscore=None if choice.score is None else round(choice.score, 6),
+        keywords=tuple(keywords),
+        vector=encode_vector(np.asarray(vector, dtype=np.float32)),
+        query=evicted.query,
+        response=evicted.response,
+        turn_occurred_at=evicted.turn_occurred_at,
+        embedder=deciders[0],
+        decided_by=deciders[1],
+    )
+
+
 class MtmProjection:
     """Fold evicted pages into per-user topic segments (MemoryOS mid-term memory)."""
 
     consumer = subjects.MTM_CONSUMER
-    tables = (mtm_segments, mtm_pages)
+    tables = mtm_store.TABLES
 
     def __init__(
         self,
@@ -133,25 +164,8 @@ class MtmProjection:
         )
         user = await state.user((evicted.scope.tenant, evicted.scope.user_id))
         choice = choose_segment(vector, keywords, user.segments.values(), self._params.theta)
-        filed = await self._decisions.record(
-            PageFiled(
-                event_id=derived_id(evicted.event_id, "page.filed"),
-                occurred_at=evicted.occurred_at,
-                scope=evicted.scope,
-                cause_event_id=evicted.event_id,
-                turn_id=evicted.turn_id,
-                segment_id=choice.segment_id or str(derived_id(evicted.turn_id, "segment")),
-                opened=choice.is_new,
-                fscore=None if choice.score is None else round(choice.score, 6),
-                keywords=tuple(keywords),
-                vector=encode_vector(np.asarray(vector, dtype=np.float32)),
-                query=evicted.query,
-                response=evicted.response,
-                turn_occurred_at=evicted.turn_occurred_at,
-                embedder=self._embedder.model_name,
-                decided_by=self._llm.name,
-            )
-        )
+        deciders = (self._embedder.model_name, self._llm.name)
+        filed = await self._decisions.record(filing(evicted, choice, keywords, vector, deciders))
         segment = await fold_filed(state, filed)
         if segment is None:
             return

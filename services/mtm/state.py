@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.shared.adapters.sql.tables import mtm_pages, mtm_segments
-from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.memoryos import (
     PageFiled,
     PromotedPage,
@@ -31,6 +28,7 @@ from memoryd.shared.domain.memoryos import (
     decode_vector,
 )
 from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_summary
+from memoryd.shared.stores import mtm as store
 
 UserKey = tuple[str, str]  # (tenant, user_id)
 
@@ -56,35 +54,17 @@ class MtmBatch:
     async def user(self, key: UserKey) -> UserSegments:
         """Return the user's segments, loading them on first use."""
         if key not in self.users:
-            rows = await self.session.execute(
-                select(mtm_segments.c.state).where(
-                    mtm_segments.c.tenant == key[0], mtm_segments.c.user_id == key[1]
-                )
-            )
-            loaded = [Segment.from_json(state) for (state,) in rows]
+            loaded = await store.load_segments(self.session, *key)
             self.users[key] = UserSegments({segment.id: segment for segment in loaded})
         return self.users[key]
 
     async def page_filed(self, turn_id: uuid.UUID) -> bool:
         """Return whether the page is already in a segment (a redelivered decision)."""
-        if turn_id in self.new_pages:
-            return True
-        found = await self.session.execute(
-            select(mtm_pages.c.turn_id).where(mtm_pages.c.turn_id == turn_id)
-        )
-        return found.first() is not None
+        return turn_id in self.new_pages or await store.page_filed(self.session, turn_id)
 
     async def round_pages(self, segment: Segment, limit: int = 20) -> tuple[PromotedPage, ...]:
         """Return the segment's pages filed since its last promotion, oldest first."""
-        rows = await self.session.execute(
-            select(mtm_pages)
-            .where(
-                mtm_pages.c.segment_id == segment.id,
-                mtm_pages.c.promotion_round == segment.promoted_count,
-            )
-            .order_by(mtm_pages.c.occurred_at, mtm_pages.c.turn_id)
-        )
-        stored = [dict(row._mapping) for row in rows]
+        stored = await store.round_pages(self.session, segment)
         pending = [
             row
             for row in self.new_pages.values()
@@ -111,14 +91,7 @@ class MtmBatch:
             if sid in user.changed
         ]
         pages = [row for row in self.new_pages.values() if row["segment_id"] not in removed]
-        if removed:
-            await self.session.execute(delete(mtm_pages).where(mtm_pages.c.segment_id.in_(removed)))
-            await self.session.execute(
-                delete(mtm_segments).where(mtm_segments.c.segment_id.in_(removed))
-            )
-        await upsert(self.session, mtm_segments, rows, ["segment_id"])
-        if pages:
-            await self.session.execute(mtm_pages.insert(), pages)
+        await store.save(self.session, rows, removed, pages)
 
 
 def user_of(event: PageFiled | SegmentSummarised | SegmentPromoted | SegmentEvicted) -> UserKey:

@@ -9,9 +9,7 @@ evidence already counted change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.runtime.decisions import DecisionLog, ask
@@ -21,57 +19,12 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
 from memoryd.shared.adapters.llm import PersonaExtraction as Extraction
-from memoryd.shared.adapters.sql.tables import lpm_extractions, lpm_personas
-from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.events import derived_id
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
 from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import MemoryOsParams, decode_vector, encode_vector
-
-UserKey = tuple[str, str]
-
-
-@dataclass
-class Persona:
-    """Everything LPM holds about one user."""
-
-    profile: lpm.Profile = field(default_factory=lpm.Profile)
-    knowledge: lpm.KnowledgeBase = field(default_factory=lpm.KnowledgeBase)
-    traits: lpm.Traits = field(default_factory=lpm.Traits)
-    agent_traits: lpm.AgentTraits = field(default_factory=lpm.AgentTraits)
-
-    def row(self, key: UserKey) -> dict[str, str]:
-        """Return the SQL row of this persona."""
-        return {
-            "tenant": key[0],
-            "user_id": key[1],
-            "profile": self.profile.to_json(),
-            "knowledge": self.knowledge.to_json(),
-            "traits": self.traits.to_json(),
-            "agent_traits": self.agent_traits.to_json(),
-        }
-
-
-def persona_from_row(row: object) -> Persona:
-    """Load a persona from its SQL row."""
-    m = row._mapping  # type: ignore[attr-defined]
-    return Persona(
-        profile=lpm.Profile.from_json(m["profile"]),
-        knowledge=lpm.KnowledgeBase.from_json(m["knowledge"]),
-        traits=lpm.Traits.from_json(m["traits"]),
-        agent_traits=lpm.AgentTraits.from_json(m["agent_traits"]),
-    )
-
-
-async def load_persona(session: AsyncSession, key: UserKey) -> Persona:
-    """Return a user's persona, empty when nothing was learned yet."""
-    rows = await session.execute(
-        select(lpm_personas).where(
-            lpm_personas.c.tenant == key[0], lpm_personas.c.user_id == key[1]
-        )
-    )
-    row = rows.first()
-    return Persona() if row is None else persona_from_row(row)
+from memoryd.shared.stores import persona as store
+from memoryd.shared.stores.persona import Persona, UserKey, load_persona
 
 
 def _facts(learned: Sequence[LearnedFact], event: PersonaExtracted) -> list[lpm.Fact]:
@@ -107,23 +60,11 @@ def fold_extraction(persona: Persona, event: PersonaExtracted, params: MemoryOsP
     return Persona(profile, knowledge, traits, agent)
 
 
-def extraction_row(event: PersonaExtracted) -> dict[str, object]:
-    """Return the provenance row of an extraction."""
-    return {
-        "event_id": event.event_id,
-        "tenant": event.scope.tenant,
-        "user_id": event.scope.user_id,
-        "segment_id": event.segment_id,
-        "turn_ids": [str(turn_id) for turn_id in event.turn_ids],
-        "session_ids": list(event.session_ids),
-    }
-
-
 class PersonaProjection:
     """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
 
     consumer = subjects.PERSONA_CONSUMER
-    tables = (lpm_personas, lpm_extractions)
+    tables = store.TABLES
 
     def __init__(
         self,
@@ -162,12 +103,7 @@ class PersonaProjection:
                 effects.notifications.append(
                     notification("facts.learned", extracted, items=extracted.turn_ids)
                 )
-        await upsert(
-            session, lpm_personas, [p.row(k) for k, p in personas.items()], ["tenant", "user_id"]
-        )
-        await upsert(
-            session, lpm_extractions, [extraction_row(e) for e in extractions], ["event_id"]
-        )
+        await store.save(session, personas, extractions)
         return effects
 
     async def _extract(self, promoted: SegmentPromoted) -> PersonaExtracted:

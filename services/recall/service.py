@@ -11,7 +11,6 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall import queries
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.shared.contracts.events import Event
@@ -26,6 +25,8 @@ from memoryd.shared.contracts.recall import (
 from memoryd.shared.contracts.retrieval import MemoriesRecalled
 from memoryd.shared.domain.memories import keyword_score
 from memoryd.shared.domain.text import estimate_tokens
+from memoryd.shared.stores import memories as memories_store
+from memoryd.shared.stores import stm as stm_store
 
 log = structlog.get_logger(__name__)
 
@@ -86,11 +87,11 @@ async def recall(
         return await _hybrid_recall(sessions, request, now, retriever)
     async with sessions() as session:
         pages = (
-            await queries.conversation_pages(session, request.scope, request.search_scope)
+            await stm_store.conversation_pages(session, request.scope, request.search_scope)
             if request.include_pages
             else []
         )
-        rows = await queries.candidate_memories(session, request.scope, request.search_scope, now)
+        rows = await memories_store.visible(session, request.scope, request.search_scope, now)
     ranked = rank_memories(request.query, rows, request.limit)
     context, pages, ranked, tokens = render_context(pages, ranked, request.max_tokens)
     return RecallResponse(pages=pages, memories=ranked, context=context, tokens=tokens)
@@ -134,13 +135,11 @@ async def _hybrid_recall(
     async def conversation() -> tuple[list[PageItem], list[dict[str, Any]]]:
         async with sessions() as session:
             pages = (
-                await queries.conversation_pages(session, request.scope, request.search_scope)
+                await stm_store.conversation_pages(session, request.scope, request.search_scope)
                 if request.include_pages
                 else []
             )
-            rows = await queries.candidate_memories(
-                session, request.scope, request.search_scope, now
-            )
+            rows = await memories_store.visible(session, request.scope, request.search_scope, now)
         return pages, rows
 
     (pages, rows), (items, sessions) = await asyncio.gather(

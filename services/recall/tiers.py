@@ -14,13 +14,10 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.persona.projection import Persona, load_persona
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
-from memoryd.shared.adapters.sql.tables import lpm_extractions, mtm_pages, mtm_segments, stm_chain
 from memoryd.shared.contracts.memoryos import SegmentsVisited
 from memoryd.shared.contracts.recall import (
     FactItem,
@@ -44,6 +41,9 @@ from memoryd.shared.domain.memoryos import (
 )
 from memoryd.shared.domain.mtm import Segment, heat, rank_segments
 from memoryd.shared.domain.text import estimate_tokens
+from memoryd.shared.stores import chain as chain_store
+from memoryd.shared.stores import mtm as mtm_store
+from memoryd.shared.stores.persona import Persona, load_persona, load_provenance
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,56 +61,14 @@ class _Page:
 
 async def with_meta_chains(session: AsyncSession, pages: Sequence[PageItem]) -> list[PageItem]:
     """Return the STM pages with the summary of the chain each belongs to."""
-    if not pages:
-        return []
-    rows = await session.execute(
-        select(stm_chain.c.turn_id, stm_chain.c.meta_chain).where(
-            stm_chain.c.turn_id.in_([page.turn_id for page in pages])
-        )
-    )
-    chains = {row.turn_id: row.meta_chain for row in rows}
+    chains = await chain_store.meta_chains(session, [page.turn_id for page in pages])
     return [page.model_copy(update={"meta_chain": chains.get(page.turn_id, "")}) for page in pages]
-
-
-async def load_segments(session: AsyncSession, tenant: str, user_id: str) -> list[Segment]:
-    """Return a user's MTM segments."""
-    rows = await session.execute(
-        select(mtm_segments.c.state).where(
-            mtm_segments.c.tenant == tenant, mtm_segments.c.user_id == user_id
-        )
-    )
-    return [Segment.from_json(state) for (state,) in rows]
 
 
 async def load_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[_Page]:
     """Return the filed pages of the given segments with their vectors."""
-    if not segment_ids:
-        return []
-    rows = await session.execute(select(mtm_pages).where(mtm_pages.c.segment_id.in_(segment_ids)))
-    return [_Page(dict(row._mapping), decode_vector(row.vector)) for row in rows]
-
-
-async def load_provenance(session: AsyncSession, sources: set[str]) -> dict[str, Provenance]:
-    """Return the turns and sessions behind each persona extraction id."""
-    ids = [uuid.UUID(source) for source in sources if _is_uuid(source)]
-    if not ids:
-        return {}
-    rows = await session.execute(select(lpm_extractions).where(lpm_extractions.c.event_id.in_(ids)))
-    return {
-        str(row.event_id): Provenance(
-            turn_ids=tuple(uuid.UUID(t) for t in row.turn_ids),
-            session_ids=tuple(row.session_ids),
-        )
-        for row in rows
-    }
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+    rows = await mtm_store.segment_pages(session, segment_ids)
+    return [_Page(row, decode_vector(row["vector"])) for row in rows]
 
 
 def fact_items(
@@ -239,7 +197,7 @@ class TierRecall:
         scope = request.scope
         async with sessions() as session:
             pages = await with_meta_chains(session, response.pages)
-            segments = await load_segments(session, scope.tenant, scope.user_id)
+            segments = await mtm_store.load_segments(session, scope.tenant, scope.user_id)
             persona = await load_persona(session, (scope.tenant, scope.user_id))
             query_vec = await self._query_vector(request.query, segments, persona)
             top = await self._top_segments(query_vec, request.query, segments)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.runtime.decisions import DecisionLog, ask
@@ -21,10 +20,10 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.services.stm.projection import conversation_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
-from memoryd.shared.adapters.sql.tables import stm_chain
 from memoryd.shared.contracts.events import TurnRecorded, derived_id
 from memoryd.shared.contracts.memoryos import PageChained
 from memoryd.shared.domain.stm import ConversationKey
+from memoryd.shared.stores import chain as store
 
 
 def chain_row(turn: TurnRecorded, sequence: int) -> dict[str, Any]:
@@ -64,18 +63,7 @@ class ChainBatch:
     async def conversation(self, key: ConversationKey) -> list[dict[str, Any]]:
         """Return a conversation's rows, loading them on first use."""
         if key not in self.rows:
-            result = await self.session.execute(
-                select(stm_chain)
-                .where(
-                    and_(
-                        stm_chain.c.tenant == key.tenant,
-                        stm_chain.c.user_id == key.user_id,
-                        stm_chain.c.agent_id == key.agent_id,
-                    )
-                )
-                .order_by(stm_chain.c.stream_seq)
-            )
-            self.rows[key] = [dict(row._mapping) for row in result]
+            self.rows[key] = await store.conversation(self.session, key)
             self.stored.update(row["turn_id"] for row in self.rows[key])
         return self.rows[key]
 
@@ -86,22 +74,13 @@ class ChainBatch:
             self.rows[key] = rows[-self.capacity :]
             kept.extend(self.rows[key])
         gone = self.stored - {row["turn_id"] for row in kept}
-        if gone:
-            await self.session.execute(delete(stm_chain).where(stm_chain.c.turn_id.in_(gone)))
         fresh = [
             {name: value for name, value in row.items() if name != "changed"}
             for row in kept
             if row["turn_id"] not in self.stored
         ]
-        if fresh:
-            await self.session.execute(stm_chain.insert(), fresh)
-        for row in kept:
-            if row["turn_id"] in self.stored and row.get("changed"):
-                await self.session.execute(
-                    update(stm_chain)
-                    .where(stm_chain.c.turn_id == row["turn_id"])
-                    .values(linked=row["linked"], meta_chain=row["meta_chain"])
-                )
+        changed = [row for row in kept if row["turn_id"] in self.stored and row.get("changed")]
+        await store.save(self.session, gone, fresh, changed)
 
 
 def fold_turn(rows: list[dict[str, Any]], turn: TurnRecorded, sequence: int) -> bool:
@@ -124,7 +103,7 @@ class ChainProjection:
     """Keep the continuity verdict and chain summary of each conversation's recent pages."""
 
     consumer = subjects.CHAIN_CONSUMER
-    tables = (stm_chain,)
+    tables = store.TABLES
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:
         self._llm = llm

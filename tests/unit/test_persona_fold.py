@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memoryd.services.persona.projection import Persona, fold_extraction
+from memoryd.services.persona.projection import fold_extraction
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted
 from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams, encode_vector
+from memoryd.shared.stores.persona import Persona
 
 SCOPE = Scope(tenant="t", user_id="u")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

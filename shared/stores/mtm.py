@@ -1,0 +1,68 @@
+"""The MTM read model: each user's topic segments (state as canonical JSON) and their pages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.shared.adapters.sql.tables import mtm_pages, mtm_segments
+from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.domain.mtm import Segment
+
+TABLES = (mtm_segments, mtm_pages)
+
+
+async def load_segments(session: AsyncSession, tenant: str, user_id: str) -> list[Segment]:
+    """Return a user's segments."""
+    rows = await session.execute(
+        select(mtm_segments.c.state).where(
+            mtm_segments.c.tenant == tenant, mtm_segments.c.user_id == user_id
+        )
+    )
+    return [Segment.from_json(state) for (state,) in rows]
+
+
+async def page_filed(session: AsyncSession, turn_id: uuid.UUID) -> bool:
+    """Return whether the page is in a segment."""
+    found = await session.execute(select(mtm_pages.c.turn_id).where(mtm_pages.c.turn_id == turn_id))
+    return found.first() is not None
+
+
+async def round_pages(session: AsyncSession, segment: Segment) -> list[dict[str, Any]]:
+    """Return the segment's pages filed since its last promotion, oldest first."""
+    rows = await session.execute(
+        select(mtm_pages)
+        .where(
+            mtm_pages.c.segment_id == segment.id,
+            mtm_pages.c.promotion_round == segment.promoted_count,
+        )
+        .order_by(mtm_pages.c.occurred_at, mtm_pages.c.turn_id)
+    )
+    return [dict(row._mapping) for row in rows]
+
+
+async def segment_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Return the pages of the given segments (with their base64 vectors)."""
+    if not segment_ids:
+        return []
+    rows = await session.execute(select(mtm_pages).where(mtm_pages.c.segment_id.in_(segment_ids)))
+    return [dict(row._mapping) for row in rows]
+
+
+async def save(
+    session: AsyncSession,
+    segments: Sequence[dict[str, Any]],
+    removed: Sequence[str],
+    pages: Sequence[dict[str, Any]],
+) -> None:
+    """Write changed segment rows and new page rows; delete removed segments and their pages."""
+    if removed:
+        await session.execute(delete(mtm_pages).where(mtm_pages.c.segment_id.in_(removed)))
+        await session.execute(delete(mtm_segments).where(mtm_segments.c.segment_id.in_(removed)))
+    await upsert(session, mtm_segments, list(segments), ["segment_id"])
+    if pages:
+        await session.execute(mtm_pages.insert(), list(pages))
