@@ -52,7 +52,7 @@ async def run_demo(client: MemoryClient, out: list[str] | None = None) -> list[s
     return lines
 
 
-# --- the MemoryOS tiers filling as a longer conversation plays ----------------------
+# The MemoryOS tiers filling as a longer conversation plays.
 LONG_CONVERSATION = (
     ("I moved to Lisbon last month.", "Welcome to Lisbon! How are you settling in?"),
     ("I work as a nurse at the city hospital.", "Night shifts must be tiring; take care."),

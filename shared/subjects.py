@@ -24,10 +24,10 @@ RECALL_QUEUE = "memoryd-recall"
 # Durable consumer names, one per projection; each is also its tracking key in SQL.
 STM_CONSUMER = "memoryd-stm"
 MEMORIES_CONSUMER = "memoryd-memories"
-# --- hybrid retrieval workers ---
+# Hybrid retrieval workers.
 INDEXER_CONSUMER = "memoryd-indexer"
 GRAPH_CONSUMER = "memoryd-graph"
-# --- MemoryOS tier workers ---
+# MemoryOS tier workers.
 CHAIN_CONSUMER = "memoryd-stm-chain"
 MTM_CONSUMER = "memoryd-mtm"
 PERSONA_CONSUMER = "memoryd-persona"

@@ -215,7 +215,7 @@ def _write(results: dict[str, Any], out: Path) -> None:
         print(f"{key:>28}: {value}")
 
 
-# --- turns/s through the MemoryOS tiers next to the embedder's own throughput -------
+# Turns/s through the MemoryOS tiers next to the embedder's own throughput.
 MEMORYOS_COMPONENTS: tuple[Component, ...] = ("stm", "chain", "mtm", "persona")
 LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "locomo_dev.json"
 
