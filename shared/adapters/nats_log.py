@@ -100,7 +100,10 @@ async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
         try:
             await js.stream_info(config.name or "")
         except NotFoundError:
-            await js.add_stream(config)
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                await js.update_stream(config)  # another process created it meanwhile
         else:
             await js.update_stream(config)
 
