@@ -52,7 +52,6 @@ async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
         await _wait_for_signal()
     finally:
         await stack.stop()
-        url_file.unlink(missing_ok=True)
         print("memoryd stopped", flush=True)
 
 
