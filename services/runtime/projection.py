@@ -26,6 +26,7 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.contracts.catalog import AnyEvent, decode_event, event_type_name
+from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.notifications import MemoryUpdated
 
@@ -100,7 +101,7 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
     try:
         event = decode_event(data)
     except ValidationError as error:
-        raise DeadLetter(f"invalid event: {error}") from error
+        raise DeadLetter(f"invalid event: {describe_validation_error(error)}") from error
     expected = subjects.event_subject(event.scope, event_type_name(event))
     if subject != expected:
         raise DeadLetter(f"subject {subject!r} does not match the event (expected {expected!r})")

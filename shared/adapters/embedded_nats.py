@@ -18,6 +18,8 @@ from types import TracebackType
 
 import structlog
 
+from memoryd.shared.settings import StartupError
+
 log = structlog.get_logger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -51,6 +53,17 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+class PortInUse(StartupError):
+    """Something already listens on the embedded nats-server's port."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"port {port} on {host} is already in use (another memoryd, or another program): "
+            f"set MEMORYD_EMBEDDED_NATS_PORT to a free port, or MEMORYD_NATS_URL to use a "
+            "NATS server that is already running"
+        )
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -74,7 +87,7 @@ class EmbeddedNats:
     def start(self, timeout: float = 15.0) -> None:
         """Spawn the server and wait until it accepts connections."""
         if _port_open(self.host, self.port):
-            raise RuntimeError(f"port {self.port} on {self.host} is already in use")
+            raise PortInUse(self.host, self.port)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = (self.data_dir / "nats-server.log").open("ab")
         self._process = subprocess.Popen(
@@ -98,9 +111,10 @@ class EmbeddedNats:
         deadline = time.monotonic() + timeout
         while not _port_open(self.host, self.port):
             if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server exited with {self._process.returncode}; "
-                    f"see {self.data_dir / 'nats-server.log'}"
+                raise StartupError(
+                    f"the embedded nats-server exited with {self._process.returncode} "
+                    f"(see {self.data_dir / 'nats-server.log'}); if port {self.port} was taken "
+                    "meanwhile, set MEMORYD_EMBEDDED_NATS_PORT to a free port"
                 )
             if time.monotonic() > deadline:
                 self.stop()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 
-import nats
+import nats.errors
+import nats.js.errors
+import structlog
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
@@ -14,9 +17,16 @@ from nats.js.errors import NotFoundError
 from memoryd.shared import subjects
 from memoryd.shared.contracts.catalog import encode_event, event_type_name
 from memoryd.shared.contracts.events import Event
-from memoryd.shared.settings import Settings
+from memoryd.shared.settings import Settings, StartupError
 
 MSG_ID = "Nats-Msg-Id"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+log = structlog.get_logger(__name__)
+
+
+class NatsUnavailable(StartupError, ConnectionError):
+    """No NATS server answered at the URL in time."""
 
 
 def server_list(url: str) -> list[str]:
@@ -24,15 +34,41 @@ def server_list(url: str) -> list[str]:
     return [part.strip() for part in url.split(",") if part.strip()]
 
 
-async def connect(url: str, name: str = "memoryd") -> NatsClient:
-    """Connect to NATS, retrying while a just-started server comes up."""
-    return await nats.connect(
+async def connect(
+    url: str, name: str = "memoryd", timeout: float = DEFAULT_CONNECT_TIMEOUT
+) -> NatsClient:
+    """Connect to NATS, retrying while a just-started server comes up, for ``timeout`` seconds.
+
+    Raises ``NatsUnavailable`` (one line naming the URL and MEMORYD_NATS_URL) when no server
+    answered in time. Once connected, the client reconnects for ever.
+    """
+    nc = NatsClient()
+
+    async def log_error(error: Exception) -> None:
+        # nats-py's default logs a traceback per failed attempt (two a second while NATS is
+        # away). Before the first connection the one-line NatsUnavailable below says it all.
+        report = log.warning if nc.is_connected or nc.is_reconnecting else log.debug
+        report("nats_error", url=url, error=f"{type(error).__name__}: {error}".strip(": "))
+
+    attempt = nc.connect(
         server_list(url),
         name=name,
-        connect_timeout=2,
+        connect_timeout=max(1, min(2, int(timeout))),
         max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
+        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # typed int, used as seconds
+        error_cb=log_error,
     )
+    try:
+        await asyncio.wait_for(attempt, timeout)
+    except TimeoutError:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise NatsUnavailable(
+            f"no NATS server answered at {url} within {timeout:g}s: start memoryd "
+            "(`memoryd up`) or set MEMORYD_NATS_URL to a running NATS server "
+            "(MEMORYD_CONNECT_TIMEOUT_SECONDS to wait longer)"
+        ) from None
+    return nc
 
 
 def event_stream_config(settings: Settings) -> api.StreamConfig:
@@ -64,30 +100,109 @@ async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
         try:
             await js.stream_info(config.name or "")
         except NotFoundError:
-            await js.add_stream(config)
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                await js.update_stream(config)  # another process created it meanwhile
         else:
             await js.update_stream(config)
 
 
-class EventPublisher:
-    """Append events to the log; the event id is the Nats-Msg-Id, so retries deduplicate."""
+# What a publish whose answer may simply have been lost raises: no acknowledgement in time
+# (the server restarting, the client reconnecting), or no stream listening yet (JetStream
+# still recovering after a restart). Sending again with the same Nats-Msg-Id is safe.
+_AMBIGUOUS = (
+    TimeoutError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
 
-    def __init__(self, js: JetStreamContext, stream: str) -> None:
+
+class PublishFailed(TimeoutError):
+    """No acknowledgement for an event after every attempt; the event may or may not be stored.
+
+    Publishing it again with the same event id is safe: the stream stores it once.
+    """
+
+
+class EventPublisher:
+    """Append events to the log; the event id is the Nats-Msg-Id, so retries deduplicate.
+
+    A publish whose acknowledgement does not come (NATS restarting, a reconnect) is sent
+    again with the same Nats-Msg-Id until the stream answers: ``attempts`` sends at most, for
+    ``total_timeout`` seconds at most, each waiting ``ack_timeout`` seconds for its answer.
+    An event the stream already holds is answered as a duplicate with its original sequence.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        *,
+        attempts: int = 10,
+        total_timeout: float = 30.0,
+        ack_timeout: float = 2.0,
+    ) -> None:
         self._js = js
         self._stream = stream
+        self._attempts = attempts
+        self._total_timeout = total_timeout
+        self._ack_timeout = ack_timeout
+
+    @classmethod
+    def from_settings(cls, js: JetStreamContext, settings: Settings) -> EventPublisher:
+        """Build a publisher with the settings' stream and retry bounds."""
+        return cls(
+            js,
+            settings.stream_name,
+            attempts=settings.publish_attempts,
+            total_timeout=settings.publish_timeout_seconds,
+            ack_timeout=settings.publish_ack_timeout_seconds,
+        )
 
     async def publish(self, event: Event) -> int:
-        """Append one event and return its stream sequence."""
-        ack = await self._js.publish(
-            subjects.event_subject(event.scope, event_type_name(event)),
-            encode_event(event),
-            stream=self._stream,
-            headers={MSG_ID: str(event.event_id)},
-        )
-        return ack.seq
+        """Append one event and return its stream sequence, retrying a lost acknowledgement."""
+        deadline = time.monotonic() + self._total_timeout
+        for attempt in range(1, self._attempts + 1):
+            left = deadline - time.monotonic()
+            try:
+                ack = await self._js.publish(
+                    subjects.event_subject(event.scope, event_type_name(event)),
+                    encode_event(event),
+                    timeout=max(0.05, min(self._ack_timeout, left)),
+                    stream=self._stream,
+                    headers={MSG_ID: str(event.event_id)},
+                )
+            except _AMBIGUOUS as error:
+                left = deadline - time.monotonic()
+                if attempt == self._attempts or left <= 0:
+                    raise PublishFailed(
+                        f"no acknowledgement for event {event.event_id} after {attempt} "
+                        f"attempts ({type(error).__name__}); publishing it again with the same "
+                        "event id is safe"
+                    ) from error
+                log.warning(
+                    "publish_retrying",
+                    event_id=str(event.event_id),
+                    attempt=attempt,
+                    error=type(error).__name__,
+                )
+                await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0, left))
+            else:
+                return ack.seq
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def publish_many(self, events: Iterable[Event]) -> list[int]:
-        """Append events pipelined (one round trip's latency for the lot), in order."""
+        """Append events pipelined (one round trip's latency for the lot), in order.
+
+        Events whose acknowledgement does not come in time are published again one by one,
+        in order, with the same ids (see ``publish``).
+        """
+        batch = list(events)
         futures = [
             await self._js.publish_async(
                 subjects.event_subject(event.scope, event_type_name(event)),
@@ -95,10 +210,24 @@ class EventPublisher:
                 stream=self._stream,
                 headers={MSG_ID: str(event.event_id)},
             )
-            for event in events
+            for event in batch
         ]
-        acks = await asyncio.gather(*futures)
-        return [ack.seq for ack in acks]
+        pending: set[asyncio.Future[api.PubAck]] = set(futures)
+        while pending:  # a large batch may take long; stop waiting once none answers in time
+            done, pending = await asyncio.wait(pending, timeout=self._ack_timeout)
+            if not done:
+                break
+        sequences = []
+        for event, future in zip(batch, futures, strict=True):
+            if future.done() and not future.cancelled() and future.exception() is None:
+                sequences.append(future.result().seq)
+                continue
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled() and not isinstance(future.exception(), _AMBIGUOUS):
+                raise future.exception()  # type: ignore[misc]
+            sequences.append(await self.publish(event))
+        return sequences
 
 
 async def publish_dead_letter(

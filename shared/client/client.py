@@ -13,7 +13,12 @@ from nats.aio.client import Client as NatsClient
 from pydantic import TypeAdapter
 
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import EventPublisher, connect, wait_until_applied
+from memoryd.shared.adapters.nats_log import (
+    DEFAULT_CONNECT_TIMEOUT,
+    EventPublisher,
+    connect,
+    wait_until_applied,
+)
 from memoryd.shared.contracts.events import (
     Category,
     Event,
@@ -32,6 +37,7 @@ from memoryd.shared.contracts.recall import (
 )
 from memoryd.shared.contracts.scope import Scope, SearchScope
 from memoryd.shared.domain.memories import memory_identity
+from memoryd.shared.settings import Settings
 
 _reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
 
@@ -49,18 +55,73 @@ def _now() -> datetime:
 
 
 class MemoryClient:
-    """Talk to memoryd over NATS. Build it with ``await MemoryClient.connect(url)``."""
+    """Talk to memoryd over NATS. Build it with ``await MemoryClient.connect(url)``.
 
-    def __init__(self, nc: NatsClient, stream: str = "MEMORYD") -> None:
+    Publishing is safe to retry: every event carries its id as its Nats-Msg-Id and the stream
+    stores an id once. When an acknowledgement is lost (NATS restarting, a reconnect) the
+    client itself sends the event again with the same id, up to ``publish_attempts`` times
+    within ``publish_timeout`` seconds, and only then raises ``PublishFailed`` (the event may
+    or may not be stored). A caller that retries by hand after that must send the SAME id:
+    ``record_turn(..., turn_id=the_id_of_the_first_try)``, or ``publish(event)`` with the
+    same event object; a new id would store the event twice.
+    """
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        stream: str = "MEMORYD",
+        *,
+        publish_attempts: int = 10,
+        publish_timeout: float = 30.0,
+        publish_ack_timeout: float = 2.0,
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._stream = stream
-        self._publisher = EventPublisher(self._js, stream)
+        self._publisher = EventPublisher(
+            self._js,
+            stream,
+            attempts=publish_attempts,
+            total_timeout=publish_timeout,
+            ack_timeout=publish_ack_timeout,
+        )
 
     @classmethod
-    async def connect(cls, url: str, stream: str = "MEMORYD") -> MemoryClient:
-        """Connect to the NATS server memoryd runs on."""
-        return cls(await connect(url, name="memoryd-client"), stream)
+    async def connect(
+        cls,
+        url: str,
+        stream: str = "MEMORYD",
+        *,
+        timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        publish_attempts: int = 10,
+        publish_timeout: float = 30.0,
+        publish_ack_timeout: float = 2.0,
+    ) -> MemoryClient:
+        """Connect to the NATS server memoryd runs on.
+
+        Raises ``NatsUnavailable`` (a ``ConnectionError``) when no server answers at ``url``
+        within ``timeout`` seconds.
+        """
+        nc = await connect(url, name="memoryd-client", timeout=timeout)
+        return cls(
+            nc,
+            stream,
+            publish_attempts=publish_attempts,
+            publish_timeout=publish_timeout,
+            publish_ack_timeout=publish_ack_timeout,
+        )
+
+    @classmethod
+    async def from_settings(cls, settings: Settings, url: str | None = None) -> MemoryClient:
+        """Connect with the settings' URL (or ``url``), stream, timeouts and publish bounds."""
+        return await cls.connect(
+            url or settings.nats_url or settings.embedded_nats_url(),
+            settings.stream_name,
+            timeout=settings.connect_timeout_seconds,
+            publish_attempts=settings.publish_attempts,
+            publish_timeout=settings.publish_timeout_seconds,
+            publish_ack_timeout=settings.publish_ack_timeout_seconds,
+        )
 
     async def close(self) -> None:
         """Flush and close the connection."""
@@ -73,7 +134,11 @@ class MemoryClient:
         await self.close()
 
     async def publish(self, event: Event) -> int:
-        """Append any event to the log; return its stream sequence."""
+        """Append any event to the log; return its stream sequence.
+
+        A lost acknowledgement is retried with the same event id (stored once); after the
+        bounds, ``PublishFailed``: publishing the same event object again is safe.
+        """
         return await self._publisher.publish(event)
 
     async def publish_many(self, events: Iterable[Event]) -> list[int]:

@@ -181,7 +181,8 @@ def test_up_spawns_nats_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     }
     log = tmp_path / "up.log"
     with memoryd_process(["up"], env, log) as process:
-        deadline = time.monotonic() + 30
+        # "up" means ready: the embedding models are loaded first (seconds; more on a busy box).
+        deadline = time.monotonic() + 120
         while "memoryd is up" not in log.read_text():
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()

@@ -66,6 +66,11 @@ class SentenceTransformerEmbedder:
         return self._model_name
 
     @property
+    def loaded(self) -> bool:
+        """Say whether the model is in memory (it loads on the first embed)."""
+        return self._model is not None
+
+    @property
     def dimension(self) -> int:
         """Return the vector width; loads the model (blocking) if no dimension was given."""
         if self._dimension is None:

@@ -8,16 +8,27 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import MetaData, Table, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memoryd.shared.adapters.sql.tables import READ_MODELS, metadata, tracking
 
+# Any fixed 64-bit number: every memoryd process takes the same lock to create tables.
+SCHEMA_LOCK = 0x6D656D6F727964  # "memoryd"
 
-async def create_schema(engine: AsyncEngine) -> None:
-    """Create every read-model table that does not exist yet."""
+
+async def create_schema(engine: AsyncEngine, tables: MetaData = metadata) -> None:
+    """Create every table of ``tables`` (the read models) that does not exist yet.
+
+    Processes starting together on a fresh PostgreSQL would race (both see no table, both
+    create its row type, one dies on pg_type's unique index), so PostgreSQL creates under a
+    transaction-scoped advisory lock: the second waits, then finds the tables. SQLite has
+    one writer per file already.
+    """
     async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+        if conn.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+        await conn.run_sync(tables.create_all)
 
 
 async def drop_read_models(engine: AsyncEngine) -> None:
