@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -147,7 +149,12 @@ async def test_a_malformed_event_then_a_retried_fix_through_the_workers(
     js, settings = stack.js, stack.settings
     user = unique("u")
     subject = f"{subjects.EVENTS_PREFIX}.acme.{user}.turn_recorded_v1"
-    await js.publish(subject, b'{"type": "turn.recorded.v1", "scope": {"tenant": "acme"}}')
+    malformed = {
+        "type": "turn.recorded.v1",
+        "event_id": str(uuid.uuid4()),
+        "scope": {"tenant": "acme"},
+    }
+    await js.publish(subject, json.dumps(malformed).encode())
     await _letters(js, settings, len(subjects.PROJECTION_CONSUMERS))
     groups = group_dead_letters(await read_dead_letters(js, settings.dead_letter_stream))
     assert 1 == len(groups)
