@@ -30,7 +30,7 @@ from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
-from memoryd.services.recall.service import handle_recall
+from memoryd.services.recall.service import RecallService
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.decisions import (
@@ -387,23 +387,29 @@ async def _raw_bodies(message: StreamMessage[Any]) -> Any:
     return message.body
 
 
-def subscribe_recall(
-    broker: NatsBroker,
-    sessions: async_sessionmaker[AsyncSession],
-    retriever: HybridRetriever | None = None,
-    publisher: EventPublisher | None = None,
-    tiers: TierRecall | None = None,
-    concurrency: int = 16,
-) -> None:
+def recall_service(
+    settings: Settings,
+    readers: async_sessionmaker[AsyncSession],
+    retrieval: Retrieval,
+    publisher: EventPublisher,
+) -> RecallService:
+    """Return the recall service over the read models, the index and the query model."""
+    retriever = HybridRetriever(
+        retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings)
+    )
+    tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings))
+    return RecallService(readers, retriever, tiers, publisher.publish)
+
+
+def subscribe_recall(broker: NatsBroker, service: RecallService, concurrency: int) -> None:
     """Attach the recall request-reply handler (a queue group, so replicas share the load).
 
     A NATS subscriber handles one message at a time unless given workers; recall mostly
     waits (SQL, the index, the model), so ``concurrency`` requests are answered at once.
     """
-    record_visit = publisher.publish if publisher is not None else None
 
     async def recall(body: Any) -> bytes:
-        return await handle_recall(sessions, body, retriever, record_visit, tiers)
+        return await service.handle(body)
 
     broker.subscriber(
         subjects.RECALL_SUBJECT,
@@ -411,6 +417,63 @@ def subscribe_recall(
         decoder=_raw_bodies,
         max_workers=concurrency,
     )(recall)
+
+
+async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[str, NatsClient]:
+    """Spawn the embedded nats-server unless a URL is set; connect and ensure the streams."""
+    nats_url = settings.nats_url
+    if not nats_url:
+        server = EmbeddedNats(
+            settings.data_dir / "nats", settings.embedded_nats_host, settings.embedded_nats_port
+        )
+        await server.astart()
+        exit_stack.push_async_callback(server.astop)
+        nats_url = server.url
+    nc = await connect(nats_url, name="memoryd-workers", timeout=settings.connect_timeout_seconds)
+    exit_stack.push_async_callback(nc.close)  # workers ack synchronously: nothing to drain
+    await ensure_streams(nc.jetstream(), settings)
+    return nats_url, nc
+
+
+async def _open_database(
+    settings: Settings, exit_stack: AsyncExitStack
+) -> tuple[AsyncEngine, async_sessionmaker[AsyncSession], async_sessionmaker[AsyncSession]]:
+    """Open the read-model database (schema created); return it, its writers and readers."""
+    engine = create_engine(settings.resolved_database_url())
+    exit_stack.push_async_callback(engine.dispose)
+    await create_schema(engine)
+    return engine, session_factory(engine), session_factory(engine, writer=False)
+
+
+async def _start_workers(
+    stack: Stack, readers: async_sessionmaker[AsyncSession], components: Sequence[Component]
+) -> None:
+    """Start a pull worker per projection the components run, and the retention sweep."""
+    settings, js = stack.settings, stack.js
+    decisions = JetStreamDecisionLog(js, settings.stream_name)
+    for projection in build_projections(settings, components, stack.retrieval, decisions):
+        runner = ProjectionRunner(
+            projection,
+            stack.sessions,
+            stack.nc,
+            js,
+            stack.publisher,
+            settings.stream_name,
+            max_attempts=settings.max_attempts,
+            readers=readers,
+        )
+        worker = PullWorker(js, runner, settings)
+        await worker.start()
+        stack._exit.push_async_callback(worker.stop)
+        stack.runners[projection.consumer] = runner
+        stack.workers.append(worker)
+    if "indexer" in components:  # daily memories expire as events
+        sweep = asyncio.create_task(
+            retention.sweep_forever(
+                stack.sessions, stack.publisher.publish_many, settings.retention_sweep_seconds
+            )
+        )
+        stack._exit.push_async_callback(retention.stop, sweep)
 
 
 async def start_stack(
@@ -428,27 +491,9 @@ async def start_stack(
     """
     exit_stack = AsyncExitStack()
     try:
-        nats_url = settings.nats_url
-        if not nats_url:
-            server = EmbeddedNats(
-                settings.data_dir / "nats",
-                settings.embedded_nats_host,
-                settings.embedded_nats_port,
-            )
-            await server.astart()
-            exit_stack.push_async_callback(server.astop)
-            nats_url = server.url
-        nc = await connect(
-            nats_url, name="memoryd-workers", timeout=settings.connect_timeout_seconds
-        )
-        exit_stack.push_async_callback(nc.close)  # workers ack synchronously: nothing to drain
+        nats_url, nc = await _open_nats(settings, exit_stack)
+        engine, sessions, readers = await _open_database(settings, exit_stack)
         js = nc.jetstream()
-        await ensure_streams(js, settings)
-        engine = create_engine(settings.resolved_database_url())
-        exit_stack.push_async_callback(engine.dispose)
-        await create_schema(engine)
-        sessions = session_factory(engine)
-        readers = session_factory(engine, writer=False)
         publisher = EventPublisher.from_settings(js, settings)
         retrieval = (
             await open_retrieval(settings, engine, exit_stack, model=embedder, index=index, llm=llm)
@@ -457,69 +502,29 @@ async def start_stack(
         )
         if retrieval is not None:  # before any worker or recall subscribes
             await warm_models(retrieval, settings, components)
-        runners = {}
-        workers = []
-        decisions = JetStreamDecisionLog(js, settings.stream_name)
-        for projection in build_projections(settings, components, retrieval, decisions):
-            runner = ProjectionRunner(
-                projection,
-                sessions,
-                nc,
-                js,
-                publisher,
-                settings.stream_name,
-                max_attempts=settings.max_attempts,
-                readers=readers,
-            )
-            worker = PullWorker(js, runner, settings)
-            await worker.start()
-            exit_stack.push_async_callback(worker.stop)
-            runners[projection.consumer] = runner
-            workers.append(worker)
-        if "indexer" in components:  # daily memories expire as events
-            sweep = asyncio.create_task(
-                retention.sweep_forever(
-                    sessions, publisher.publish_many, settings.retention_sweep_seconds
-                )
-            )
-            exit_stack.push_async_callback(retention.stop, sweep)
         broker = NatsBroker(server_list(nats_url), logger=None)
-        if "recall" in components:
-            retriever = (
-                HybridRetriever(
-                    retrieval.index,
-                    retrieval.query_embedder,
-                    readers,
-                    Tuning.from_settings(settings),
-                )
-                if retrieval is not None
-                else None
-            )
-            tiers = (
-                TierRecall(retrieval.query_embedder, memoryos_params(settings))
-                if retrieval is not None
-                else None
-            )
-            subscribe_recall(
-                broker, readers, retriever, publisher, tiers, settings.recall_concurrency
-            )
+        stack = Stack(
+            settings,
+            nats_url,
+            nc,
+            js,
+            engine,
+            sessions,
+            publisher,
+            broker,
+            {},
+            [],
+            exit_stack,
+            retrieval,
+        )
+        await _start_workers(stack, readers, components)
+        if "recall" in components and retrieval is not None:
+            service = recall_service(settings, readers, retrieval, publisher)
+            subscribe_recall(broker, service, settings.recall_concurrency)
         await broker.start()
         exit_stack.push_async_callback(broker.stop)
     except BaseException:
         await exit_stack.aclose()
         raise
     log.info("memoryd_started", nats_url=nats_url, components=list(components))
-    return Stack(
-        settings,
-        nats_url,
-        nc,
-        js,
-        engine,
-        sessions,
-        publisher,
-        broker,
-        runners,
-        workers,
-        exit_stack,
-        retrieval,
-    )
+    return stack

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 import structlog
 from sqlalchemy import select
@@ -31,11 +30,11 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
-from memoryd.shared.adapters.sql.tables import index_last_turns, item_access, memory_expirations
+from memoryd.shared.adapters.sql.tables import index_last_turns, memory_expirations
 from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import TurnRecorded
-from memoryd.shared.contracts.retrieval import MemoriesRecalled, MemoryExpired
+from memoryd.shared.contracts.retrieval import MemoryExpired
 
 log = structlog.get_logger(__name__)
 
@@ -95,24 +94,11 @@ async def _store_last_turns(
     await upsert(session, index_last_turns, rows, ["conversation_id"])
 
 
-def access_counts(batch: Sequence[Positioned]) -> dict[uuid.UUID, tuple[str, int, datetime]]:
-    """Sum the recall visits of a batch per item: (tenant, visits, last visit)."""
-    counts: dict[uuid.UUID, tuple[str, int, datetime]] = {}
-    for item in batch:
-        event = item.event
-        if not isinstance(event, MemoriesRecalled):
-            continue
-        for item_id in event.item_ids:
-            _, seen, _ = counts.get(item_id, (event.scope.tenant, 0, event.occurred_at))
-            counts[item_id] = (event.scope.tenant, seen + 1, event.occurred_at)
-    return counts
-
-
 class IndexerProjection:
     """Upsert turns and explicit memories into the index; delete what is forgotten."""
 
     consumer = subjects.INDEXER_CONSUMER
-    tables = (item_access, memory_expirations, index_last_turns)
+    tables = (memory_expirations, index_last_turns)
 
     def __init__(
         self, index: SearchIndex, embedder: Embedder, keys: KeyOptions | None = None
@@ -131,7 +117,7 @@ class IndexerProjection:
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
-        """Apply the batch's index operations in log order, then its access counts."""
+        """Apply the batch's index operations in log order, then its bookkeeping rows."""
         events = [item.event for item in batch]
         # ``warm`` embedded these texts before the transaction: here they come from the cache.
         draft, _ = plan(events, None, self._keys)
@@ -142,7 +128,6 @@ class IndexerProjection:
         dense |= await self._embed([op for op in upserts if op.id not in dense])
         for run in runs(operations):
             await self._write(run, dense)
-        await self._count_access(session, access_counts(batch))
         await _record_expiries(session, batch)
         await _store_last_turns(session, events, before, after)
         if upserts:
@@ -169,25 +154,3 @@ class IndexerProjection:
             await self._index.delete(head.ids)
         elif isinstance(head, DeleteWhere):
             await self._index.delete_where(head.filter)
-
-    async def _count_access(
-        self, session: AsyncSession, counts: dict[uuid.UUID, tuple[str, int, datetime]]
-    ) -> None:
-        if not counts:
-            return
-        found = await session.execute(
-            select(item_access.c.item_id, item_access.c.access_count).where(
-                item_access.c.item_id.in_(list(counts))
-            )
-        )
-        before = {row.item_id: row.access_count for row in found}
-        rows = [
-            {
-                "item_id": item_id,
-                "tenant": tenant,
-                "access_count": before.get(item_id, 0) + visits,
-                "last_accessed_at": last,
-            }
-            for item_id, (tenant, visits, last) in counts.items()
-        ]
-        await upsert(session, item_access, rows, ["item_id"])

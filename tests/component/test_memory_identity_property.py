@@ -25,7 +25,8 @@ from memoryd.services.graph.projection import GraphProjection
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.recall.hybrid import HybridRetriever
-from memoryd.services.recall.service import recall
+from memoryd.services.recall.service import RecallService
+from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.projection import Positioned, Projection, apply_once
 from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
 from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
@@ -37,6 +38,7 @@ from memoryd.shared.contracts.events import Event, MemoryForgotten, MemoryRememb
 from memoryd.shared.contracts.recall import RecallRequest
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.memories import memory_id_for_key
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
 from memoryd.shared.settings import Settings
 
 pytestmark = pytest.mark.model
@@ -154,11 +156,15 @@ async def scenario(ops: list[tuple[str, str, uuid.UUID | None]], folder: Path) -
         mine = ScopeFilter(tenant=SCOPE.tenant, user_id=SCOPE.user_id, kinds=("memory",))
         query = " ".join(content(n, k) for n, (_, k, _) in enumerate(ops))
         hits = await index.search_sparse(query, mine, 50)
-        answer = await recall(
+        service = RecallService(
             sessions,
+            HybridRetriever(index, minilm(), sessions),
+            TierRecall(minilm(), DEFAULT_PARAMS),
+            record=_no_visits,
+        )
+        answer = await service.answer(
             RecallRequest(scope=SCOPE, query=query, limit=50, include_pages=False),
             T0 + timedelta(days=1),
-            HybridRetriever(index, minilm(), sessions),
         )
         recalled = [m.content for m in answer.memories] + [i.text for i in answer.items]
 
@@ -187,3 +193,8 @@ def test_forgotten_memories_are_gone_from_every_read_model_index_and_recall(
     """Whatever ids clients send, a key is one memory; once forgotten it is nowhere."""
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(scenario(ops, Path(folder)))
+
+
+async def _no_visits(event: object) -> None:
+    """Fail: no segment exists in this test, so recall has no visit to record."""
+    raise AssertionError(f"unexpected visit {event!r}")

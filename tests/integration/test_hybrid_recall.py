@@ -11,7 +11,7 @@ from sqlalchemy import select
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections
 from memoryd.services.runtime.replay import replay
 from memoryd.shared.adapters.sql.schema import read_model_checksums
-from memoryd.shared.adapters.sql.tables import graph_edges, item_access
+from memoryd.shared.adapters.sql.tables import graph_edges
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope, SearchScope
 from memoryd.shared.contracts.recall import RecallResponse, StreamWeights
@@ -150,23 +150,20 @@ async def test_filters_narrow_by_kind_and_time(stack: Stack, client: MemoryClien
     assert ["Kyoto temples were quiet.\nLovely."] == [item.text for item in recent.items]
 
 
-async def test_recall_records_each_visit_through_the_log(
+async def test_a_recall_appends_nothing_to_the_log_when_no_segment_was_used(
     stack: Stack, client: MemoryClient
 ) -> None:
-    """Two recalls returning an item leave its access count at 2 with the last visit time."""
+    """Recall's one write is the segments it visited (heat): items alone leave the log as is."""
     scope = fresh_scope()
     memory_id = await client.remember(scope, "Allergic to peanuts.")
     await client.wait_until_applied()
+    before = (await stack.js.stream_info(stack.settings.stream_name)).state.last_seq
     for _ in range(2):
         found = await ask(client, scope, "peanuts allergy", filters={"kinds": ["memory"]})
         assert [str(memory_id)] == [item.memory_id for item in found.items]
     await client.wait_until_applied()
 
-    async with stack.sessions() as session:
-        counts = await session.scalars(
-            select(item_access.c.access_count).where(item_access.c.tenant == scope.tenant)
-        )
-        assert [2] == list(counts)
+    assert before == (await stack.js.stream_info(stack.settings.stream_name)).state.last_seq
 
 
 async def test_the_budget_holds_and_replay_rebuilds_the_retrieval_models(

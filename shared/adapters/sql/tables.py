@@ -83,16 +83,6 @@ memories = Table(
 
 # --- hybrid retrieval (indexer access counts, knowledge graph) -----------------------
 
-# How often, and when last, recall returned an indexed item (folded from memories.recalled).
-item_access = Table(
-    "item_access",
-    metadata,
-    Column("item_id", Uuid, primary_key=True),
-    Column("tenant", String(64), nullable=False),
-    Column("access_count", BigInteger, nullable=False),
-    Column("last_accessed_at", DateTime(timezone=True), nullable=False),
-)
-
 # Which version of a daily memory has expired (folded from memory.expired): the retention
 # sweep publishes an expiry once per version.
 memory_expirations = Table(
@@ -177,7 +167,6 @@ index_last_turns = Table(
 )
 
 RETRIEVAL_READ_MODELS = (
-    item_access,
     index_last_turns,
     memory_expirations,
     graph_nodes,
