@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from memoryd.services.indexer.items import point_id
 from memoryd.shared.adapters.llm import (
     FALLBACK,
     LlmFailure,
@@ -27,6 +26,7 @@ from memoryd.shared.contracts.retrieval import (
     GraphExtracted,
     GraphRelation,
 )
+from memoryd.shared.domain.items import point_id
 from memoryd.shared.domain.memories import memory_identity
 
 GraphSource = TurnRecorded | MemoryRemembered

@@ -23,7 +23,6 @@ from memoryd.services.graph.extraction import (
     recorded,
     step_failures,
 )
-from memoryd.services.indexer.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm
@@ -39,6 +38,7 @@ from memoryd.shared.contracts.events import (
     derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
+from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
 
 NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
