@@ -26,34 +26,11 @@ from memoryd.shared.contracts.retrieval import (
     GraphExtracted,
     GraphRelation,
 )
+from memoryd.shared.domain.graph import name_key
 from memoryd.shared.domain.items import point_id
 from memoryd.shared.domain.memories import memory_identity
 
 GraphSource = TurnRecorded | MemoryRemembered
-# Relations a subject holds with one target at a time: a newer target contradicts the older.
-SINGLE_VALUED = frozenset(
-    {
-        "lives_in",
-        "works_at",
-        "works_as",
-        "studies_at",
-        "is_named",
-        "has_name",
-        "married_to",
-        "has_partner",
-        "has_husband",
-        "has_wife",
-        "has_boyfriend",
-        "has_girlfriend",
-        "has_age",
-        "drives",
-    }
-)
-
-
-def name_key(name: str) -> str:
-    """Return the key two spellings of one entity share (case and spacing folded)."""
-    return " ".join(name.casefold().split())
 
 
 def item_of(event: GraphSource) -> tuple[str, uuid.UUID]:

@@ -15,11 +15,9 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.graph.extraction import (
-    SINGLE_VALUED,
     GraphSource,
     extract,
     item_of,
-    name_key,
     recorded,
     step_failures,
 )
@@ -38,15 +36,9 @@ from memoryd.shared.contracts.events import (
     derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
+from memoryd.shared.domain.graph import SINGLE_VALUED, name_key, node_id
 from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
-
-NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
-
-
-def node_id(tenant: str, user_id: str, key: str) -> uuid.UUID:
-    """Return the id of a user's entity node: one node per casefolded name."""
-    return uuid.uuid5(NODE_NAMESPACE, f"{tenant}/{user_id}/{key}")
 
 
 def item_row(event: GraphSource) -> dict[str, object]:

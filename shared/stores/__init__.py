@@ -1,0 +1,1 @@
+"""Read-model stores: each owns one read model's tables and the queries others need."""
