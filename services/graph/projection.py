@@ -8,10 +8,8 @@ stream keeps the first copy (same id) and only that copy is ever folded.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.graph.extraction import (
@@ -25,20 +23,18 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
-from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
-    Category,
     MemoryForgotten,
     MemoryRemembered,
     SessionEnded,
     TurnRecorded,
-    derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
-from memoryd.shared.domain.graph import SINGLE_VALUED, name_key, node_id
+from memoryd.shared.domain.graph import add_edges, asserted_edges, mentioned, named_entities
 from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
+from memoryd.shared.stores import graph as store
 
 
 def item_row(event: GraphSource) -> dict[str, object]:
@@ -97,164 +93,22 @@ class GraphProjection:
         return effects
 
     async def _store_item(self, session: AsyncSession, event: GraphSource) -> None:
-        row = item_row(event)
-        await _forget_items(session, [row["item_id"]], keep_item=True)  # type: ignore[list-item]
-        await upsert(session, graph_items, [row], ["item_id"])
+        await store.store_item(session, item_row(event))
 
     async def _remove(self, session: AsyncSession, event: AnyEvent) -> None:
-        scope = event.scope
         if isinstance(event, MemoryForgotten):
-            await _forget_items(session, list(forget_ids(event)))
+            await store.forget_items(session, list(forget_ids(event)))
         elif isinstance(event, MemoryExpired):
-            await _forget_items(session, [point_id(event.memory_id, "memory", scope)])
+            await store.forget_items(session, [point_id(event.memory_id, "memory", event.scope)])
         elif isinstance(event, SessionEnded):
-            found = await session.execute(
-                select(graph_items.c.item_id).where(
-                    (graph_items.c.tenant == scope.tenant)
-                    & (graph_items.c.user_id == scope.user_id)
-                    & (graph_items.c.session_id == scope.session_id)
-                    & (graph_items.c.category == Category.CONVERSATION.value)
-                )
-            )
-            await _forget_items(session, [row.item_id for row in found])
+            await store.forget_items(session, await store.conversation_items(session, event.scope))
 
     async def _fold(self, session: AsyncSession, event: GraphExtracted, sequence: int) -> None:
-        current = await session.scalar(
-            select(graph_items.c.source_event_id).where(graph_items.c.item_id == event.item_id)
-        )
-        if current != event.cause_event_id:
+        if await store.item_source(session, event.item_id) != event.cause_event_id:
             return  # the item was forgotten or rewritten since: this extraction is stale
         scope = event.scope
-        await _add_nodes(session, event)
-        mentions = {name_key(e.name) for e in event.entities}
-        mentions |= {name_key(r.target) for r in event.relations}
-        await upsert(
-            session,
-            graph_mentions,
-            [
-                {
-                    "tenant": scope.tenant,
-                    "user_id": scope.user_id,
-                    "name_key": key,
-                    "item_id": event.item_id,
-                    "occurred_at": event.valid_at,
-                }
-                for key in sorted(mentions)
-            ],
-            ["tenant", "user_id", "name_key", "item_id"],
-        )
-        for number, relation in enumerate(event.relations):
-            await _add_edge(
-                session,
-                event,
-                number,
-                relation.source,
-                relation.relation,
-                relation.target,
-                sequence,
-            )
-
-
-async def _add_nodes(session: AsyncSession, event: GraphExtracted) -> None:
-    scope = event.scope
-    named = {name_key(e.name): (e.name, e.entity_type) for e in event.entities}
-    for relation in event.relations:
-        for name in (relation.source, relation.target):
-            named.setdefault(name_key(name), (name, "thing"))
-    existing = await session.execute(
-        select(graph_nodes.c.name_key).where(
-            (graph_nodes.c.tenant == scope.tenant)
-            & (graph_nodes.c.user_id == scope.user_id)
-            & graph_nodes.c.name_key.in_(list(named))
-        )
-    )
-    known = {row.name_key for row in existing}
-    rows = [
-        {
-            "node_id": node_id(scope.tenant, scope.user_id, key),
-            "tenant": scope.tenant,
-            "user_id": scope.user_id,
-            "name_key": key,
-            "name": name,
-            "entity_type": entity_type,
-            "first_seen_at": event.valid_at,
-        }
-        for key, (name, entity_type) in sorted(named.items())
-        if key not in known
-    ]
-    if rows:
-        await upsert(session, graph_nodes, rows, ["node_id"])
-
-
-async def _add_edge(
-    session: AsyncSession,
-    event: GraphExtracted,
-    number: int,
-    source: str,
-    relation: str,
-    target: str,
-    sequence: int,
-) -> None:
-    scope = event.scope
-    source_key, target_key = name_key(source), name_key(target)
-    same = (
-        (graph_edges.c.tenant == scope.tenant)
-        & (graph_edges.c.user_id == scope.user_id)
-        & (graph_edges.c.source_key == source_key)
-        & (graph_edges.c.relation == relation)
-    )
-    invalid_at = None
-    if relation in SINGLE_VALUED:
-        # A newer fact contradicts the older: the old edge ends when the new one starts; it is
-        # kept (invalidated, not deleted), so history stays queryable.
-        await session.execute(
-            update(graph_edges)
-            .where(
-                same,
-                graph_edges.c.target_key != target_key,
-                graph_edges.c.invalid_at.is_(None),
-                graph_edges.c.valid_at <= event.valid_at,
-            )
-            .values(invalid_at=event.valid_at)
-        )
-        invalid_at = await session.scalar(
-            select(graph_edges.c.valid_at)
-            .where(
-                same,
-                graph_edges.c.target_key != target_key,
-                graph_edges.c.valid_at > event.valid_at,
-            )
-            .order_by(graph_edges.c.valid_at)
-            .limit(1)
-        )
-    await upsert(
-        session,
-        graph_edges,
-        [
-            {
-                "edge_id": derived_id(event.event_id, f"edge.{number}"),
-                "tenant": scope.tenant,
-                "user_id": scope.user_id,
-                "source_key": source_key,
-                "relation": relation,
-                "target_key": target_key,
-                "item_id": event.item_id,
-                "valid_at": event.valid_at,
-                "invalid_at": invalid_at,
-                "stream_seq": sequence,
-            }
-        ],
-        ["edge_id"],
-    )
-
-
-async def _forget_items(
-    session: AsyncSession, item_ids: Sequence[uuid.UUID], keep_item: bool = False
-) -> None:
-    """Remove items' mentions and edges (a forgotten fact leaves the graph entirely)."""
-    if not item_ids:
-        return
-    await session.execute(delete(graph_mentions).where(graph_mentions.c.item_id.in_(item_ids)))
-    await session.execute(delete(graph_edges).where(graph_edges.c.item_id.in_(item_ids)))
-    if not keep_item:
-        await session.execute(delete(graph_items).where(graph_items.c.item_id.in_(item_ids)))
+        await store.add_nodes(session, scope, named_entities(event), event.valid_at)
+        await store.add_mentions(session, scope, event.item_id, mentioned(event), event.valid_at)
+        facts = asserted_edges(event)
+        current = await store.edges_of(session, scope, {(e.source, e.relation) for e in facts})
+        await store.write_edges(session, scope, event.item_id, add_edges(current, facts), sequence)

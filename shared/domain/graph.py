@@ -14,10 +14,13 @@ import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from memoryd.shared.adapters.index.sparse import terms
 from memoryd.shared.adapters.llm.offline import USER_ENTITY
+from memoryd.shared.contracts.events import derived_id
+from memoryd.shared.contracts.retrieval import GraphExtracted
 
 # Relations a subject holds with one target at a time: a newer target contradicts the older.
 SINGLE_VALUED = frozenset(
@@ -51,6 +54,97 @@ NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
 def node_id(tenant: str, user_id: str, key: str) -> uuid.UUID:
     """Return the id of a user's entity node: one node per casefolded name."""
     return uuid.uuid5(NODE_NAMESPACE, f"{tenant}/{user_id}/{key}")
+
+
+def named_entities(event: GraphExtracted) -> dict[str, tuple[str, str]]:
+    """Return each entity an extraction names (key -> name, type); relation ends are things."""
+    named = {name_key(e.name): (e.name, e.entity_type) for e in event.entities}
+    for relation in event.relations:
+        for name in (relation.source, relation.target):
+            named.setdefault(name_key(name), (name, "thing"))
+    return named
+
+
+def mentioned(event: GraphExtracted) -> set[str]:
+    """Return the entities an extraction's item mentions: its entities and relation targets."""
+    return {name_key(e.name) for e in event.entities} | {
+        name_key(r.target) for r in event.relations
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TimedEdge:
+    """A fact ``source -relation-> target``, true from ``valid_at`` until ``invalid_at``."""
+
+    edge_id: uuid.UUID
+    source: str
+    relation: str
+    target: str
+    valid_at: datetime
+    invalid_at: datetime | None = None
+
+
+def asserted_edges(event: GraphExtracted) -> list[TimedEdge]:
+    """Return the facts an extraction asserts, in order, valid from when they were said."""
+    return [
+        TimedEdge(
+            edge_id=derived_id(event.event_id, f"edge.{number}"),
+            source=name_key(r.source),
+            relation=r.relation,
+            target=name_key(r.target),
+            valid_at=event.valid_at,
+        )
+        for number, r in enumerate(event.relations)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeChange:
+    """What new facts do to the graph: rows to insert, older edges that end (edge -> when)."""
+
+    insert: tuple[TimedEdge, ...] = ()
+    invalidate: Mapping[uuid.UUID, datetime] = field(default_factory=dict)
+
+
+def add_edge(current: Iterable[TimedEdge], new: TimedEdge) -> EdgeChange:
+    """Return what one new fact does, given the edges of its source and relation so far.
+
+    The bi-temporal rule: for a single-valued relation, a fact with another target that was
+    still valid when the new one starts ends there (``invalid_at``); if a fact with another
+    target starts later, the new one ends when that one starts. Edges are never deleted, so
+    history stays queryable. Other relations hold many targets: nothing ends.
+    """
+    if new.relation not in SINGLE_VALUED:
+        return EdgeChange((new,))
+    rivals = [
+        e
+        for e in current
+        if (e.source, e.relation) == (new.source, new.relation) and e.target != new.target
+    ]
+    ended = {
+        e.edge_id: new.valid_at
+        for e in rivals
+        if e.invalid_at is None and e.valid_at <= new.valid_at
+    }
+    later = [e.valid_at for e in rivals if e.valid_at > new.valid_at]
+    return EdgeChange((replace(new, invalid_at=min(later, default=None)),), ended)
+
+
+def add_edges(current: Iterable[TimedEdge], new: Iterable[TimedEdge]) -> EdgeChange:
+    """Apply ``add_edge`` to several facts in order (a later one may end an earlier one)."""
+    edges = {e.edge_id: e for e in current}
+    inserted: dict[uuid.UUID, None] = {}
+    ended: dict[uuid.UUID, datetime] = {}
+    for fact in new:
+        change = add_edge(edges.values(), fact)
+        for edge_id, at in change.invalidate.items():
+            edges[edge_id] = replace(edges[edge_id], invalid_at=at)
+            if edge_id not in inserted:
+                ended[edge_id] = at
+        for edge in change.insert:
+            edges[edge.edge_id] = edge
+            inserted[edge.edge_id] = None
+    return EdgeChange(tuple(edges[edge_id] for edge_id in inserted), ended)
 
 
 MAX_DEPTH = 2
