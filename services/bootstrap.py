@@ -375,8 +375,9 @@ def build_projections(
         )
         projections.append(IndexerProjection(retrieval.index, retrieval.embedder, keys))
     if "graph" in components:
-        extractor = retrieval.llm if retrieval is not None else NoDecisions()
-        projections.append(GraphProjection(extractor))
+        refuse = NoDecisions()
+        extractor = retrieval.llm if retrieval is not None else refuse
+        projections.append(GraphProjection(extractor, decisions or refuse))
     projections += build_memoryos_projections(settings, components, retrieval, decisions)
     return projections
 

@@ -1,25 +1,18 @@
-"""Decide a graph extraction for one source event and record it as an event (pure + one call).
+"""Decide a graph extraction for one source event and record it as an event.
 
 The extractor (offline rules, or an LLM when configured) is the decision; ``GraphExtracted``
-records it, so replay folds the recorded entities and never calls the extractor.
+records it through the decision log, so replay folds the recorded entities and never calls
+the extractor. A failed LLM step falls back to the offline rules, recorded by ``ask``.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
-from memoryd.services.indexer.items import point_id
-from memoryd.shared.adapters.llm import (
-    FALLBACK,
-    LlmFailure,
-    MemoryLlm,
-    OfflineExtractor,
-    answer_or_fallback,
-)
+from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor
 from memoryd.shared.adapters.llm.port import GraphExtraction
 from memoryd.shared.contracts.events import MemoryRemembered, TurnRecorded, derived_id
-from memoryd.shared.contracts.memoryos import LlmStepFailed
 from memoryd.shared.contracts.retrieval import (
     MAX_GRAPH_ITEMS,
     MAX_NAME_CHARS,
@@ -27,33 +20,11 @@ from memoryd.shared.contracts.retrieval import (
     GraphExtracted,
     GraphRelation,
 )
+from memoryd.shared.domain.graph import name_key
+from memoryd.shared.domain.items import point_id
 from memoryd.shared.domain.memories import memory_identity
 
 GraphSource = TurnRecorded | MemoryRemembered
-# Relations a subject holds with one target at a time: a newer target contradicts the older.
-SINGLE_VALUED = frozenset(
-    {
-        "lives_in",
-        "works_at",
-        "works_as",
-        "studies_at",
-        "is_named",
-        "has_name",
-        "married_to",
-        "has_partner",
-        "has_husband",
-        "has_wife",
-        "has_boyfriend",
-        "has_girlfriend",
-        "has_age",
-        "drives",
-    }
-)
-
-
-def name_key(name: str) -> str:
-    """Return the key two spellings of one entity share (case and spacing folded)."""
-    return " ".join(name.casefold().split())
 
 
 def item_of(event: GraphSource) -> tuple[str, uuid.UUID]:
@@ -69,53 +40,40 @@ def merge(first: GraphExtraction, second: GraphExtraction) -> GraphExtraction:
     return GraphExtraction(entities=tuple(entities.values()), relations=first.relations)
 
 
-@dataclass(frozen=True, slots=True)
-class Extraction:
-    """What the extractor found in one source event, and the LLM steps that fell back."""
-
-    found: GraphExtraction
-    failures: tuple[tuple[str, LlmFailure], ...] = ()  # (the side read, the failure)
-
-
 _OFFLINE = OfflineExtractor()
 
 
-async def _read(llm: MemoryLlm, text: str) -> tuple[GraphExtraction, LlmFailure | None]:
-    """Ask the extractor; when an LLM step fails, the offline rules answer instead."""
-    return await answer_or_fallback(
-        lambda: llm.extract_graph(text), lambda: _OFFLINE.extract_graph(text)
+async def _read(
+    llm: MemoryLlm, decisions: DecisionLog, event: GraphSource, side: str, text: str
+) -> GraphExtraction:
+    """Ask the extractor to read one side; when the LLM step fails, the offline rules do."""
+    return await ask(
+        "extract_graph",
+        event,
+        lambda: llm.extract_graph(text),
+        lambda: _OFFLINE.extract_graph(text),
+        decisions,
+        part=side,
     )
 
 
-async def extract(llm: MemoryLlm, event: GraphSource) -> Extraction:
+async def extract(llm: MemoryLlm, decisions: DecisionLog, event: GraphSource) -> GraphExtraction:
     """Ask the extractor: relations from what the user said, entities from every side."""
     if isinstance(event, MemoryRemembered):
-        found, failure = await _read(llm, event.content)
-        return Extraction(found, (("content", failure),) if failure else ())
+        return await _read(llm, decisions, event, "content", event.content)
     sides = [("query", event.query), ("response", event.response)]
-    answers = {side: await _read(llm, text) for side, text in sides if text.strip()}
-    failures = tuple((side, failure) for side, (_, failure) in answers.items() if failure)
-    said = answers["query"][0] if "query" in answers else GraphExtraction()
+    answers = {
+        side: await _read(llm, decisions, event, side, text) for side, text in sides if text.strip()
+    }
+    said = answers.get("query", GraphExtraction())
     if "response" not in answers:
-        return Extraction(said, failures)
-    return Extraction(merge(said, answers["response"][0]), failures)
+        return said
+    return merge(said, answers["response"])
 
 
-def step_failures(event: GraphSource, extraction: Extraction) -> list[LlmStepFailed]:
-    """Record each failed extraction step (id derived from the event and the side read)."""
-    return [
-        LlmStepFailed(
-            event_id=derived_id(event.event_id, f"llm.failed:{failure.step}:{side}"),
-            occurred_at=event.occurred_at,
-            scope=event.scope,
-            cause_event_id=event.event_id,
-            step=failure.step,
-            reason=failure.reason[:2_000],
-            attempts=failure.attempts,
-            fallback=FALLBACK,
-        )
-        for side, failure in extraction.failures
-    ]
+async def decide(llm: MemoryLlm, decisions: DecisionLog, event: GraphSource) -> GraphExtracted:
+    """Extract a source event's graph and record it; return the copy the log holds."""
+    return await decisions.record(recorded(event, await extract(llm, decisions, event)))
 
 
 def _fits(*names: str) -> bool:

@@ -1,9 +1,16 @@
 """The graph projection: items, entities, mentions and bi-temporal edges in SQL.
 
-Live, a turn or memory triggers one extraction, published as ``GraphExtracted``; the graph
-itself is folded only from the ``GraphExtracted`` copies the log holds, live and in replay
-alike. So a redelivered trigger whose second extraction differs (an LLM) cannot diverge: the
-stream keeps the first copy (same id) and only that copy is ever folded.
+Live, each turn or memory is stored as an item, and its extraction is decided, recorded as
+``GraphExtracted`` through the decision log and folded in the same transaction (the copy the
+log keeps: a redelivered trigger that extracts differently folds the first answer). The
+worker skips its own ``GraphExtracted`` when it comes back; replay folds it and decides
+nothing, as the MemoryOS tiers do.
+
+Replay folds an extraction where the log holds it, after the events that followed its
+trigger; live folded it at the trigger. When the item was rewritten or forgotten in between,
+live dropped the item's edges and mentions again but kept what the fold did to the rest of
+the graph (new nodes, older edges it ended): replay keeps exactly that, and adds no edges or
+mentions for the stale item.
 """
 
 from __future__ import annotations
@@ -11,42 +18,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.services.graph.extraction import (
-    SINGLE_VALUED,
-    GraphSource,
-    extract,
-    item_of,
-    name_key,
-    recorded,
-    step_failures,
-)
-from memoryd.services.indexer.items import forget_ids, memory_text, point_id, turn_text
+from memoryd.services.graph.extraction import GraphSource, decide, item_of
+from memoryd.services.runtime.decisions import DecisionLog
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm
+from memoryd.shared.adapters.sql import ledger
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
-from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
-    Category,
     MemoryForgotten,
     MemoryRemembered,
     SessionEnded,
     TurnRecorded,
-    derived_id,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
+from memoryd.shared.domain.graph import (
+    EdgeChange,
+    add_edges,
+    asserted_edges,
+    mentioned,
+    named_entities,
+)
+from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
-
-NODE_NAMESPACE = uuid.UUID("3c2f8a51-6d0e-4b8e-9f4a-2b7c1d9e5a33")
-
-
-def node_id(tenant: str, user_id: str, key: str) -> uuid.UUID:
-    """Return the id of a user's entity node: one node per casefolded name."""
-    return uuid.uuid5(NODE_NAMESPACE, f"{tenant}/{user_id}/{key}")
+from memoryd.shared.stores import graph as store
 
 
 def item_row(event: GraphSource) -> dict[str, object]:
@@ -76,193 +74,62 @@ def item_row(event: GraphSource) -> dict[str, object]:
 
 
 class GraphProjection:
-    """Extract the graph of each turn and memory (live) and fold the recorded extractions."""
+    """Store each turn and memory as an item; decide its graph (live) or fold it (replay)."""
 
     consumer = subjects.GRAPH_CONSUMER
     tables = (graph_nodes, graph_edges, graph_mentions, graph_items)
 
-    def __init__(self, llm: MemoryLlm) -> None:
+    def __init__(self, llm: MemoryLlm, decisions: DecisionLog) -> None:
         self._llm = llm
+        self._decisions = decisions
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
-        """Fold the batch in order; live, return one extraction per new turn or memory."""
-        effects = Effects()
+        """Apply the batch in order; live, extract and fold each new item's graph at once."""
+        stored_at: dict[uuid.UUID, int] = {}  # this batch's items: trigger -> stream sequence
         for item in batch:
             event = item.event
             if isinstance(event, TurnRecorded | MemoryRemembered):
-                await self._store_item(session, event)
+                await store.store_item(session, item_row(event))
+                stored_at[event.event_id] = item.sequence
                 if live:
-                    # A failed LLM step falls back to the offline rules and is recorded.
-                    extraction = await extract(self._llm, event)
-                    effects.derived += step_failures(event, extraction)
-                    effects.derived.append(recorded(event, extraction.found))
+                    extracted = await decide(self._llm, self._decisions, event)
+                    await _fold(session, extracted, item.sequence)
             elif isinstance(event, GraphExtracted):
-                await self._fold(session, event, item.sequence)
+                if not live:
+                    sequence = stored_at.get(event.cause_event_id)
+                    await _fold(session, event, sequence or await self._stored_at(session, event))
             else:
                 await self._remove(session, event)
-        return effects
+        return Effects()
 
-    async def _store_item(self, session: AsyncSession, event: GraphSource) -> None:
-        row = item_row(event)
-        await _forget_items(session, [row["item_id"]], keep_item=True)  # type: ignore[list-item]
-        await upsert(session, graph_items, [row], ["item_id"])
+    async def _stored_at(self, session: AsyncSession, event: GraphExtracted) -> int:
+        # An edge records the stream sequence of the turn or memory that asserted it, as the
+        # live fold does; the ledger knows where an earlier batch applied the trigger.
+        seen = await ledger.first_seen(session, self.consumer, [event.cause_event_id])
+        first = seen.get(event.cause_event_id)
+        return first.sequence if first is not None else 0
 
     async def _remove(self, session: AsyncSession, event: AnyEvent) -> None:
-        scope = event.scope
         if isinstance(event, MemoryForgotten):
-            await _forget_items(session, list(forget_ids(event)))
+            await store.forget_items(session, list(forget_ids(event)))
         elif isinstance(event, MemoryExpired):
-            await _forget_items(session, [point_id(event.memory_id, "memory", scope)])
+            await store.forget_items(session, [point_id(event.memory_id, "memory", event.scope)])
         elif isinstance(event, SessionEnded):
-            found = await session.execute(
-                select(graph_items.c.item_id).where(
-                    (graph_items.c.tenant == scope.tenant)
-                    & (graph_items.c.user_id == scope.user_id)
-                    & (graph_items.c.session_id == scope.session_id)
-                    & (graph_items.c.category == Category.CONVERSATION.value)
-                )
-            )
-            await _forget_items(session, [row.item_id for row in found])
-
-    async def _fold(self, session: AsyncSession, event: GraphExtracted, sequence: int) -> None:
-        current = await session.scalar(
-            select(graph_items.c.source_event_id).where(graph_items.c.item_id == event.item_id)
-        )
-        if current != event.cause_event_id:
-            return  # the item was forgotten or rewritten since: this extraction is stale
-        scope = event.scope
-        await _add_nodes(session, event)
-        mentions = {name_key(e.name) for e in event.entities}
-        mentions |= {name_key(r.target) for r in event.relations}
-        await upsert(
-            session,
-            graph_mentions,
-            [
-                {
-                    "tenant": scope.tenant,
-                    "user_id": scope.user_id,
-                    "name_key": key,
-                    "item_id": event.item_id,
-                    "occurred_at": event.valid_at,
-                }
-                for key in sorted(mentions)
-            ],
-            ["tenant", "user_id", "name_key", "item_id"],
-        )
-        for number, relation in enumerate(event.relations):
-            await _add_edge(
-                session,
-                event,
-                number,
-                relation.source,
-                relation.relation,
-                relation.target,
-                sequence,
-            )
+            await store.forget_items(session, await store.conversation_items(session, event.scope))
 
 
-async def _add_nodes(session: AsyncSession, event: GraphExtracted) -> None:
+async def _fold(session: AsyncSession, event: GraphExtracted, sequence: int) -> None:
+    """Fold an extraction; a stale one (its item changed since) adds no edges or mentions."""
     scope = event.scope
-    named = {name_key(e.name): (e.name, e.entity_type) for e in event.entities}
-    for relation in event.relations:
-        for name in (relation.source, relation.target):
-            named.setdefault(name_key(name), (name, "thing"))
-    existing = await session.execute(
-        select(graph_nodes.c.name_key).where(
-            (graph_nodes.c.tenant == scope.tenant)
-            & (graph_nodes.c.user_id == scope.user_id)
-            & graph_nodes.c.name_key.in_(list(named))
-        )
-    )
-    known = {row.name_key for row in existing}
-    rows = [
-        {
-            "node_id": node_id(scope.tenant, scope.user_id, key),
-            "tenant": scope.tenant,
-            "user_id": scope.user_id,
-            "name_key": key,
-            "name": name,
-            "entity_type": entity_type,
-            "first_seen_at": event.valid_at,
-        }
-        for key, (name, entity_type) in sorted(named.items())
-        if key not in known
-    ]
-    if rows:
-        await upsert(session, graph_nodes, rows, ["node_id"])
-
-
-async def _add_edge(
-    session: AsyncSession,
-    event: GraphExtracted,
-    number: int,
-    source: str,
-    relation: str,
-    target: str,
-    sequence: int,
-) -> None:
-    scope = event.scope
-    source_key, target_key = name_key(source), name_key(target)
-    same = (
-        (graph_edges.c.tenant == scope.tenant)
-        & (graph_edges.c.user_id == scope.user_id)
-        & (graph_edges.c.source_key == source_key)
-        & (graph_edges.c.relation == relation)
-    )
-    invalid_at = None
-    if relation in SINGLE_VALUED:
-        # A newer fact contradicts the older: the old edge ends when the new one starts; it is
-        # kept (invalidated, not deleted), so history stays queryable.
-        await session.execute(
-            update(graph_edges)
-            .where(
-                same,
-                graph_edges.c.target_key != target_key,
-                graph_edges.c.invalid_at.is_(None),
-                graph_edges.c.valid_at <= event.valid_at,
-            )
-            .values(invalid_at=event.valid_at)
-        )
-        invalid_at = await session.scalar(
-            select(graph_edges.c.valid_at)
-            .where(
-                same,
-                graph_edges.c.target_key != target_key,
-                graph_edges.c.valid_at > event.valid_at,
-            )
-            .order_by(graph_edges.c.valid_at)
-            .limit(1)
-        )
-    await upsert(
-        session,
-        graph_edges,
-        [
-            {
-                "edge_id": derived_id(event.event_id, f"edge.{number}"),
-                "tenant": scope.tenant,
-                "user_id": scope.user_id,
-                "source_key": source_key,
-                "relation": relation,
-                "target_key": target_key,
-                "item_id": event.item_id,
-                "valid_at": event.valid_at,
-                "invalid_at": invalid_at,
-                "stream_seq": sequence,
-            }
-        ],
-        ["edge_id"],
-    )
-
-
-async def _forget_items(
-    session: AsyncSession, item_ids: Sequence[uuid.UUID], keep_item: bool = False
-) -> None:
-    """Remove items' mentions and edges (a forgotten fact leaves the graph entirely)."""
-    if not item_ids:
-        return
-    await session.execute(delete(graph_mentions).where(graph_mentions.c.item_id.in_(item_ids)))
-    await session.execute(delete(graph_edges).where(graph_edges.c.item_id.in_(item_ids)))
-    if not keep_item:
-        await session.execute(delete(graph_items).where(graph_items.c.item_id.in_(item_ids)))
+    current = await store.item_source(session, event.item_id) == event.cause_event_id
+    await store.add_nodes(session, scope, named_entities(event), event.valid_at)
+    if current:
+        await store.add_mentions(session, scope, event.item_id, mentioned(event), event.valid_at)
+    facts = asserted_edges(event)
+    known = await store.edges_of(session, scope, {(e.source, e.relation) for e in facts})
+    change = add_edges(known, facts)
+    if not current:
+        change = EdgeChange(invalidate=change.invalidate)
+    await store.write_edges(session, scope, event.item_id, change, sequence)

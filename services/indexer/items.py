@@ -30,6 +30,7 @@ from memoryd.shared.contracts.events import (
 )
 from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
 
 
@@ -59,20 +60,6 @@ class DeleteWhere:
 Operation = Upsert | Delete | DeleteWhere
 
 
-def point_id(item_id: uuid.UUID, kind: Kind, scope: Scope) -> uuid.UUID:
-    """Return the index point id of an item: deterministic, so a re-apply replaces it.
-
-    The owner is part of the id, so an event naming another user's item id can neither
-    replace nor delete that user's point.
-    """
-    return derived_id(item_id, f"index.{kind}.{scope.tenant}.{scope.user_id}")
-
-
-def turn_text(event: TurnRecorded) -> str:
-    """Return the searchable text of a turn: its non-empty sides, query first."""
-    return "\n".join(part for part in (event.query.strip(), event.response.strip()) if part)
-
-
 def _payload(scope: Scope, kind: Kind, event: AnyEvent, item_id: uuid.UUID) -> dict[str, object]:
     return {
         "tenant": scope.tenant,
@@ -85,11 +72,6 @@ def _payload(scope: Scope, kind: Kind, event: AnyEvent, item_id: uuid.UUID) -> d
         "turn_id": str(item_id),
         "source_event_id": event.event_id,
     }
-
-
-def memory_text(event: MemoryRemembered) -> str:
-    """Return the searchable text of a memory: its key (when named) and content."""
-    return f"{event.key}: {event.content}" if event.key else event.content
 
 
 # A window joins the previous turn only when that turn is short (a question, a reply): a
@@ -205,11 +187,6 @@ def memory_upsert(event: MemoryRemembered) -> Upsert:
     return Upsert(
         point_id(memory_id, "memory", event.scope), text, IndexPayload.model_validate(fields)
     )
-
-
-def forget_ids(event: MemoryForgotten) -> tuple[uuid.UUID, ...]:
-    """Return the point a forget removes (by key or by id: the memory's one identity)."""
-    return (point_id(memory_identity(event), "memory", event.scope),)
 
 
 def session_filter(event: SessionEnded) -> ScopeFilter:

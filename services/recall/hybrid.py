@@ -28,13 +28,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.graph.search import (
-    GraphHit,
-    graph_search,
-    hubs,
-    mention_counts,
-    without_names,
-)
 from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
@@ -49,8 +42,10 @@ from memoryd.shared.contracts.recall import (
     StreamWeights,
 )
 from memoryd.shared.contracts.scope import SearchScope
+from memoryd.shared.domain.graph import hubs, without_names
 from memoryd.shared.domain.text import estimate_tokens
 from memoryd.shared.settings import Settings
+from memoryd.shared.stores.graph import GraphHit, graph_search, mention_counts
 
 STREAMS = ("bm25", "dense", "graph")
 _HOURS = 3600.0

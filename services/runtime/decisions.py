@@ -1,11 +1,16 @@
 """Record a worker's decision in the log before applying it, and ask the LLM safely.
 
-A decision (an LLM answer, an embedding) is published as a derived event with a
-deterministic id before the worker applies it. When a trigger is redelivered (the process
-died after publishing but before its commit) the worker may decide differently; the
-stream then keeps the first copy and answers the publish as a duplicate, and the worker
-applies that stored copy instead of its new answer, so live state always equals the fold
-of the log.
+The one way every deciding worker (chain, mtm, persona, graph) records a decision: a
+decision (an LLM answer, an embedding) is published as a derived event with a
+deterministic id, inside the trigger's transaction, before the worker applies it. When a
+trigger is redelivered (the process died after publishing but before its commit) the worker
+may decide differently; the stream then keeps the first copy and answers the publish as a
+duplicate, and the worker applies that stored copy instead of its new answer, so live state
+always equals the fold of the log. Live, a worker skips its own derived events when they
+come back; replay folds them and decides nothing (``NoDecisions``).
+
+An LLM step that fails is the same kind of decision: ``ask`` records ``llm.step_failed``
+and answers with the offline extractor.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Event)
 A = TypeVar("A")
+
+# What answers when an LLM step fails: the offline extractor (its name in the events).
+FALLBACK = "offline-v1"
 
 
 class DecisionLog(Protocol):
@@ -90,24 +98,35 @@ async def ask(
     primary: Callable[[], Awaitable[A]],
     fallback: Callable[[], Awaitable[A]],
     decisions: DecisionLog,
+    *,
+    part: str = "",
 ) -> A:
-    """Return ``primary()``'s answer; on LlmFailure record the failure and use ``fallback()``."""
+    """Return ``primary()``'s answer; on LlmFailure record the failure and use ``fallback()``.
+
+    The failure's id derives from the cause and the step, and ``part`` when one cause asks
+    the same step more than once (the graph reads a turn's query and response apart).
+    """
     try:
         return await primary()
     except LlmFailure as failure:
         log.warning(
-            "llm_step_failed", step=step, event_id=str(cause.event_id), reason=failure.reason
+            "llm_step_failed",
+            step=step,
+            part=part,
+            event_id=str(cause.event_id),
+            reason=failure.reason,
         )
+        name = f"llm.failed:{step}:{part}" if part else f"llm.failed:{step}"
         await decisions.record(
             LlmStepFailed(
-                event_id=derived_id(cause.event_id, f"llm.failed:{step}"),
+                event_id=derived_id(cause.event_id, name),
                 occurred_at=cause.occurred_at,
                 scope=cause.scope,
                 cause_event_id=cause.event_id,
                 step=step,
                 reason=failure.reason[:2_000],
                 attempts=failure.attempts,
-                fallback="offline-v1",
+                fallback=FALLBACK,
             )
         )
         return await fallback()

@@ -2,7 +2,7 @@
 
 Any client-supplied ids, any sequence of remember / forget of a few keys, folded by the real
 memories, indexer and graph projections into real SQLite and a real Qdrant Edge index (MiniLM
-embeddings), with the graph's derived extractions fed back as the log would.
+embeddings); the graph records its extractions in an in-memory decision log and folds them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.recall.hybrid import HybridRetriever
 from memoryd.services.recall.service import RecallService
 from memoryd.services.recall.tiers import TierRecall
+from memoryd.services.runtime.decisions import MemoryDecisionLog
 from memoryd.services.runtime.projection import Positioned, Projection, apply_once
 from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
 from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
@@ -114,7 +115,7 @@ async def scenario(ops: list[tuple[str, str, uuid.UUID | None]], folder: Path) -
         projections: list[Projection] = [
             MemoriesProjection(30),
             IndexerProjection(index, embedder),  # type: ignore[arg-type]
-            GraphProjection(OfflineExtractor()),
+            GraphProjection(OfflineExtractor(), MemoryDecisionLog()),
         ]
         log = LocalLog()
         live: dict[str, str] = {}

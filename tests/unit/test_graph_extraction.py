@@ -1,14 +1,16 @@
-"""Unit tests of how an extraction is recorded as a GraphExtracted event."""
+"""Unit tests of how an extraction is decided and recorded as a GraphExtracted event."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
 
-from memoryd.services.graph.extraction import Extraction, extract, recorded, step_failures
+from memoryd.services.graph.extraction import decide, extract, recorded
+from memoryd.services.runtime.decisions import MemoryDecisionLog
 from memoryd.shared.adapters.llm import LlmFailure, OfflineExtractor
 from memoryd.shared.adapters.llm.port import Entity, GraphExtraction, Relation
 from memoryd.shared.contracts.events import TurnRecorded, derived_id
+from memoryd.shared.contracts.memoryos import LlmStepFailed
 from memoryd.shared.contracts.scope import Scope
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -54,10 +56,26 @@ class FailingLlm(OfflineExtractor):
 async def test_a_failed_llm_step_falls_back_to_the_offline_rules_and_is_recorded() -> None:
     """The offline extractor answers; each side that failed becomes one llm.step_failed."""
     turn = TURN.model_copy(update={"response": "Lisbon is lovely."})
-    extraction = await extract(FailingLlm(), turn)
-    failures = step_failures(turn, extraction)
+    decisions = MemoryDecisionLog()
+    found = await extract(FailingLlm(), decisions, turn)
+    failures = [e for e in decisions.events.values() if isinstance(e, LlmStepFailed)]
 
-    assert await extract(OfflineExtractor(), turn) == Extraction(extraction.found)
+    assert await extract(OfflineExtractor(), MemoryDecisionLog(), turn) == found
     assert [("extract_graph", "offline-v1")] * 2 == [(f.step, f.fallback) for f in failures]
     assert 2 == len({f.event_id for f in failures})
     assert {turn.event_id} == {f.cause_event_id for f in failures}
+
+
+async def test_a_working_extractor_records_only_the_extraction() -> None:
+    """With no failure, the decision log holds one GraphExtracted and nothing else."""
+    decisions = MemoryDecisionLog()
+    extracted = await decide(OfflineExtractor(), decisions, TURN)
+    assert [extracted] == list(decisions.events.values())
+
+
+async def test_a_redecided_trigger_returns_the_extraction_the_log_kept() -> None:
+    """A redelivered turn whose extractor now answers differently gets the first answer."""
+    decisions = MemoryDecisionLog()
+    first = await decisions.record(recorded(TURN, GraphExtraction()))
+    again = await decide(OfflineExtractor(), decisions, TURN)
+    assert (first, ()) == (again, again.relations)

@@ -12,7 +12,6 @@ from memoryd.services.indexer.items import (
     first_person_facts,
     memory_upsert,
     plan,
-    point_id,
     speaker_of,
     turn_upsert,
 )
@@ -25,6 +24,7 @@ from memoryd.shared.contracts.events import (
 )
 from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.domain.items import point_id
 from memoryd.shared.domain.memories import memory_id_for_key
 
 NOW = datetime(2026, 3, 1, 12, tzinfo=UTC)

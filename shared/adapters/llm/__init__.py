@@ -1,6 +1,5 @@
 """The LLM port, its deterministic offline extractor, and an OpenAI-compatible adapter."""
 
-from memoryd.shared.adapters.llm.fallback import FALLBACK, answer_or_fallback
 from memoryd.shared.adapters.llm.offline import OfflineExtractor
 from memoryd.shared.adapters.llm.openai_compat import OpenAIChatLlm
 from memoryd.shared.adapters.llm.port import (
@@ -20,7 +19,6 @@ from memoryd.shared.adapters.llm.resilience import CircuitBreaker, backoff_delay
 from memoryd.shared.adapters.llm.traits import Trait, TraitGroup, load_traits
 
 __all__ = [
-    "FALLBACK",
     "CircuitBreaker",
     "Continuity",
     "Entity",
@@ -37,7 +35,6 @@ __all__ = [
     "SegmentSummary",
     "Trait",
     "TraitGroup",
-    "answer_or_fallback",
     "backoff_delay",
     "build_llm",
     "load_traits",
