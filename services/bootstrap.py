@@ -124,7 +124,12 @@ class Stack:
             projections = build_projections(self.settings, ALL_COMPONENTS, on_scratch)
             scratch = Scratch(storage.engine, storage.sessions, projections, storage.index)
             return await verify(
-                self.js, self.settings.stream_name, self.engine, self.sessions, scratch, live.index
+                self.js,
+                self.settings.stream_name,
+                self.engine,
+                self.sessions,
+                scratch,
+                live_index=live.index,
             )
 
     async def retrieval_resources(self) -> Retrieval:
@@ -457,11 +462,10 @@ async def _start_workers(
             projection,
             stack.sessions,
             stack.nc,
-            js,
             stack.publisher,
-            settings.stream_name,
-            max_attempts=settings.max_attempts,
+            stream=settings.stream_name,
             readers=readers,
+            max_attempts=settings.max_attempts,
         )
         worker = PullWorker(js, runner, settings)
         await worker.start()
@@ -475,6 +479,21 @@ async def _start_workers(
             )
         )
         stack._exit.push_async_callback(retention.stop, sweep)
+
+
+async def _ready_retrieval(
+    settings: Settings,
+    engine: AsyncEngine,
+    exit_stack: AsyncExitStack,
+    components: Sequence[Component],
+    ports: dict[str, Any],
+) -> Retrieval | None:
+    """Open the embedder, index and extractor if a component needs them, models loaded."""
+    if not _needs_retrieval(components):
+        return None
+    retrieval = await open_retrieval(settings, engine, exit_stack, **ports)
+    await warm_models(retrieval, settings, components)  # before any worker or recall subscribes
+    return retrieval
 
 
 async def start_stack(
@@ -496,13 +515,8 @@ async def start_stack(
         engine, sessions, readers = await _open_database(settings, exit_stack)
         js = nc.jetstream()
         publisher = EventPublisher.from_settings(js, settings)
-        retrieval = (
-            await open_retrieval(settings, engine, exit_stack, model=embedder, index=index, llm=llm)
-            if _needs_retrieval(components)
-            else None
-        )
-        if retrieval is not None:  # before any worker or recall subscribes
-            await warm_models(retrieval, settings, components)
+        ports = {"model": embedder, "index": index, "llm": llm}
+        retrieval = await _ready_retrieval(settings, engine, exit_stack, components, ports)
         broker = NatsBroker(server_list(nats_url), logger=None)
         stack = Stack(
             settings,

@@ -1,4 +1,4 @@
-"""The ``memoryd`` command: up, demo, replay, bench, schemas, dead-letters."""
+"""The ``memoryd`` command: up, demo, replay, verify, dead-letters, schemas, bench."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -210,6 +210,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     schemas = sub.add_parser("schemas", help="export the event contracts as JSON Schema")
     schemas.add_argument("--out", type=Path, default=Path("schemas"))
+    _add_dead_letters(sub)
+    _add_bench(sub)
+    return parser
+
+
+def _add_dead_letters(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dead = sub.add_parser(
         "dead-letters", help="print the newest dead letters, grouped by original message"
     )
@@ -229,6 +235,9 @@ def _parser() -> argparse.ArgumentParser:
         dest="action",
         help="delete every dead letter",
     )
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="run a benchmark and write its figures to a file")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     pipeline = bench_sub.add_parser("pipeline", help="log append, STM apply, recall latency")
@@ -236,7 +245,6 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--recalls", type=int, default=2_000)
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
-    # --- memoryd bench retrieval ---
     retrieval = bench_sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
     retrieval.add_argument("--data", type=Path, default=Path("../shared/bench"))
     retrieval.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -258,7 +266,6 @@ def _parser() -> argparse.ArgumentParser:
     retrieval.add_argument(
         "--dump", action="store_true", help="also write every question's rankings (JSON lines)"
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -284,49 +291,67 @@ def _refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _up(args: argparse.Namespace, settings: Settings) -> None:
+    components = [c.strip() for c in args.components.split(",") if c.strip()]
+    unknown = set(components) - set(ALL_COMPONENTS)
+    if unknown:
+        sys.exit(f"unknown components: {sorted(unknown)}")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(cmd_up(settings, components))
+
+
+def _verify(_args: argparse.Namespace, settings: Settings) -> None:
+    if not asyncio.run(cmd_verify(settings)):
+        sys.exit(1)
+
+
+def _schemas(args: argparse.Namespace, _settings: Settings) -> None:
+    for path in write_schemas(args.out):
+        print(path)
+
+
+def _bench_pipeline(args: argparse.Namespace, settings: Settings) -> None:
+    from memoryd.services.bench.pipeline import run_pipeline_bench
+
+    asyncio.run(run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out))
+
+
+def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
+    from memoryd.services.bench.retrieval import BenchOptions, run_retrieval_bench
+
+    options = BenchOptions(
+        data_dir=args.data,
+        out=args.out,
+        cache=args.cache,
+        datasets=("longmemeval", "locomo") if args.dataset == "all" else (args.dataset,),
+        subset=args.subset,
+        rrf_k=args.rrf_k,
+        max_per_session=args.max_per_session,
+        session_ranking=not args.first_turn_sessions,
+        candidates=args.candidates,
+        dump=args.dump,
+    )
+    asyncio.run(run_retrieval_bench(settings, options))
+
+
+Command = Callable[[argparse.Namespace, Settings], None]
+COMMANDS: dict[str, Command] = {
+    "up": _up,
+    "demo": lambda _args, settings: asyncio.run(cmd_demo(settings)),
+    "replay": lambda _args, settings: asyncio.run(cmd_replay(settings)),
+    "verify": _verify,
+    "schemas": _schemas,
+    "dead-letters": lambda args, settings: asyncio.run(
+        cmd_dead_letters(settings, args.limit, args.action)
+    ),
+    "bench pipeline": _bench_pipeline,
+    "bench retrieval": _bench_retrieval,
+}
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> None:
-    if args.command == "up":
-        components = [c.strip() for c in args.components.split(",") if c.strip()]
-        unknown = set(components) - set(ALL_COMPONENTS)
-        if unknown:
-            sys.exit(f"unknown components: {sorted(unknown)}")
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(cmd_up(settings, components))
-    elif args.command == "demo":
-        asyncio.run(cmd_demo(settings))
-    elif args.command == "replay":
-        asyncio.run(cmd_replay(settings))
-    elif args.command == "verify":
-        if not asyncio.run(cmd_verify(settings)):
-            sys.exit(1)
-    elif args.command == "schemas":
-        for path in write_schemas(args.out):
-            print(path)
-    elif args.command == "dead-letters":
-        asyncio.run(cmd_dead_letters(settings, args.limit, args.action))
-    elif args.command == "bench" and args.bench == "pipeline":
-        from memoryd.services.bench.pipeline import run_pipeline_bench
-
-        asyncio.run(
-            run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out)
-        )
-    elif args.command == "bench" and args.bench == "retrieval":
-        from memoryd.services.bench.retrieval import BenchOptions, run_retrieval_bench
-
-        chosen = ("longmemeval", "locomo") if args.dataset == "all" else (args.dataset,)
-        options = BenchOptions(
-            data_dir=args.data,
-            out=args.out,
-            cache=args.cache,
-            datasets=chosen,
-            subset=args.subset,
-            rrf_k=args.rrf_k,
-            max_per_session=args.max_per_session,
-            session_ranking=not args.first_turn_sessions,
-            candidates=args.candidates,
-            dump=args.dump,
-        )
-        asyncio.run(run_retrieval_bench(settings, options))
+    name = f"bench {args.bench}" if args.command == "bench" else args.command
+    COMMANDS[name](args, settings)
 
 
 if __name__ == "__main__":

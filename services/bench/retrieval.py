@@ -194,6 +194,7 @@ async def rank(
     scope: Scope,
     question: Question,
     weights: StreamWeights | None,
+    *,
     options: BenchOptions,
     ingested: Ingested,
 ) -> Ranked:
@@ -246,8 +247,8 @@ async def run_system(
                 ingested.scopes[question.conversation_id],
                 question,
                 weights,
-                options,
-                ingested,
+                options=options,
+                ingested=ingested,
             )
         rankings[question.id] = ranked.turns
         session_rankings[question.id] = ranked.sessions
@@ -294,6 +295,7 @@ async def bench_dataset(
     stack_ready: Any,
     name: str,
     options: BenchOptions,
+    *,
     fused_weights: str,
     candidates: int,
 ) -> BenchReport:
@@ -433,7 +435,12 @@ async def _one(
                 f"{stream} {getattr(settings, f'weight_{stream}')}" for stream in STREAMS
             )
             report = await bench_dataset(
-                client, optimised, name, options, fused, settings.stream_candidates
+                client,
+                optimised,
+                name,
+                options,
+                fused_weights=fused,
+                candidates=settings.stream_candidates,
             )
         finally:
             await client.close()

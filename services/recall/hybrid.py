@@ -351,6 +351,7 @@ def score(
     weights: StreamWeights,
     k: int,
     tuning: Tuning,
+    *,
     now: datetime,
     explain: bool,
     priors: Priors = Priors(),
@@ -422,7 +423,13 @@ class HybridRetriever:
             date_weight=self.tuning.date_weight,
         )
         items, sessions = score(
-            collect(streams), weights, k, self.tuning, now, request.explain, priors
+            collect(streams),
+            weights,
+            k,
+            self.tuning,
+            now=now,
+            explain=request.explain,
+            priors=priors,
         )
         items = [item for item in items if item.score >= request.min_score]
         kept = cap_per_session(items, request.max_per_session)[: request.limit]

@@ -206,7 +206,9 @@ class TierRecall:
             sources |= {entry.source for entry in persona.profile.attributes.values()}
             sources |= {evidence.source for evidence in persona.traits.dimensions.values()}
             provenance = await load_provenance(session, sources)
-        context = self._context(query_vec, top, segment_pages, persona, provenance, now)
+        context = self._context(
+            query_vec, top, segment_pages, persona, provenance=provenance, now=now
+        )
         remaining = max(0, request.max_tokens - response.tokens)
         context, block, tokens = render_tiers(context, remaining)
         joined = "\n".join(part for part in (response.context, block) if part)
@@ -251,6 +253,7 @@ class TierRecall:
         top: Sequence[Ranked[Segment]],
         pages: Sequence[_Page],
         persona: Persona,
+        *,
         provenance: Mapping[str, Provenance],
         now: datetime,
     ) -> MemoryOsContext:

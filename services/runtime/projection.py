@@ -16,7 +16,6 @@ from typing import Protocol, runtime_checkable
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 from sqlalchemy import Table
@@ -116,6 +115,7 @@ async def apply_once(
     projection: Projection,
     batch: Sequence[Positioned],
     publisher: EventPublisher | None,
+    *,
     through: int | None = None,
     reject: Reject | None = None,
 ) -> Effects:
@@ -132,27 +132,29 @@ async def apply_once(
         if last <= applied:
             return Effects()
         fresh = [item for item in batch if item.sequence > applied]
-        seen = await ledger.first_seen(
-            session, projection.consumer, (item.event.event_id for item in fresh)
-        )
-        admission = ledger.admit(fresh, seen)
-        for item, reason in admission.conflicts:
-            if reject is not None:
-                await reject(item.sequence, reason)
+        admitted = await _admit(session, projection.consumer, fresh, reject)
         live = publisher is not None
-        admitted = admission.admitted
         effects = await projection.apply(session, admitted, live) if admitted else Effects()
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
-        await ledger.record(session, projection.consumer, admission.new)
         await tracking.advance(session, projection.consumer, last)
-    if admission.duplicates:
-        log.info(
-            "duplicates_skipped",
-            consumer=projection.consumer,
-            stream_seqs=[item.sequence for item in admission.duplicates],
-        )
     return effects
+
+
+async def _admit(
+    session: AsyncSession, consumer: str, fresh: list[Positioned], reject: Reject | None
+) -> list[Positioned]:
+    """Return the events to apply; record them in the ledger, refuse conflicting copies."""
+    seen = await ledger.first_seen(session, consumer, (item.event.event_id for item in fresh))
+    admission = ledger.admit(fresh, seen)
+    for item, reason in admission.conflicts:
+        if reject is not None:
+            await reject(item.sequence, reason)
+    if admission.duplicates:
+        skipped = [item.sequence for item in admission.duplicates]
+        log.info("duplicates_skipped", consumer=consumer, stream_seqs=skipped)
+    await ledger.record(session, consumer, admission.new)
+    return admission.admitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +188,18 @@ class ProjectionRunner:
         projection: Projection,
         sessions: async_sessionmaker[AsyncSession],
         nc: NatsClient,
-        js: JetStreamContext,
         publisher: EventPublisher,
+        *,
         stream: str,
+        readers: async_sessionmaker[AsyncSession],
         max_attempts: int = 5,
         retry_delay: float = 0.2,
-        readers: async_sessionmaker[AsyncSession] | None = None,
     ) -> None:
         self.projection = projection
         self._sessions = sessions
-        self._readers = readers or sessions
+        self._readers = readers
         self._nc = nc
-        self._js = js
+        self._js = nc.jetstream()
         self._publisher = publisher
         self._stream = stream
         self._max_attempts = max_attempts
@@ -277,15 +279,15 @@ class ProjectionRunner:
                 self.projection,
                 [p for _, p in items],
                 self._publisher,
-                through,
-                reject,
+                through=through,
+                reject=reject,
             )
         except Exception:
             self._log.warning("batch_failed_retrying_one_by_one", size=len(items), exc_info=True)
             effects = Effects()
             for entry, item in items:
                 effects.extend(await self._apply_single(entry, item))
-            await apply_once(self._sessions, self.projection, [], None, through)
+            await apply_once(self._sessions, self.projection, [], None, through=through)
         await self._notify(effects.notifications)
 
     async def _apply_single(self, entry: LogEntry, item: Positioned) -> Effects:
@@ -311,7 +313,9 @@ class ProjectionRunner:
                 )
                 if attempts >= self._max_attempts:
                     await self._park(entry, f"apply failed after {attempts} attempts: {error!r}")
-                    await apply_once(self._sessions, self.projection, [], None, entry.sequence)
+                    await apply_once(
+                        self._sessions, self.projection, [], None, through=entry.sequence
+                    )
                     return Effects()
                 attempts += 1
                 if entry.msg is not None:
@@ -323,7 +327,12 @@ class ProjectionRunner:
             "dead_lettered", subject=entry.subject, stream_seq=entry.sequence, reason=reason[:300]
         )
         await publish_dead_letter(
-            self._js, self.projection.consumer, entry.subject, entry.sequence, entry.data, reason
+            self._js,
+            self.projection.consumer,
+            subject=entry.subject,
+            sequence=entry.sequence,
+            data=entry.data,
+            reason=reason,
         )
 
     async def _notify(self, notifications: Sequence[MemoryUpdated]) -> None:

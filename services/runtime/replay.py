@@ -150,6 +150,7 @@ async def replay(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
     projections: Sequence[Projection],
+    *,
     batch_size: int = 1_000,
 ) -> ReplayReport:
     """Drop the projections' read models and fold the log into them again; return the report."""

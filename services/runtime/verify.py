@@ -143,6 +143,7 @@ async def verify(
     live_engine: AsyncEngine,
     live_sessions: async_sessionmaker[AsyncSession],
     scratch: Scratch,
+    *,
     live_index: SearchIndex | None = None,
 ) -> VerifyReport:
     """Fold the log into ``scratch`` up to the live positions and compare with the live state.

@@ -231,7 +231,7 @@ class EventPublisher:
 
 
 async def publish_dead_letter(
-    js: JetStreamContext, consumer: str, subject: str, sequence: int, data: bytes, reason: str
+    js: JetStreamContext, consumer: str, *, subject: str, sequence: int, data: bytes, reason: str
 ) -> None:
     """Park the original bytes of a log message in the dead-letter stream with the reason."""
     await js.publish(

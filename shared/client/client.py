@@ -164,10 +164,11 @@ class MemoryClient:
         await self.publish(event)
         return event.event_id
 
-    async def remember(
+    async def remember(  # noqa: PLR0913 (the memory's fields, keyword-only)
         self,
         scope: Scope,
         content: str,
+        *,
         key: str | None = None,
         category: Category = Category.CORE,
         memory_type: MemoryType = MemoryType.SEMANTIC,
@@ -211,6 +212,7 @@ class MemoryClient:
         self,
         scope: Scope,
         query: str = "",
+        *,
         search_scope: SearchScope = SearchScope.AGENT,
         limit: int = 10,
         max_tokens: int = 2_000,

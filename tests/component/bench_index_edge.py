@@ -112,6 +112,7 @@ def search_calls(
     kind: str,
     count: int,
     dim: int,
+    *,
     texts: list[str],
     rng: np.random.Generator,
 ) -> list[Callable[[], Awaitable[list[Hit]]]]:
@@ -152,7 +153,9 @@ async def load(folder: Path, args: argparse.Namespace, texts: list[str]) -> None
         f"{seconds:.1f} s = {len(points) / seconds:.0f} points/s"
     )
     rng = np.random.default_rng(args.seed + 1)
-    latencies, wall = await timed_callers(search_calls(index, "dense", 80, args.dim, texts, rng), 8)
+    latencies, wall = await timed_callers(
+        search_calls(index, "dense", 80, args.dim, texts=texts, rng=rng), 8
+    )
     report("dense, before optimize", latencies, wall)
     started = time.perf_counter()
     await index.optimize()
@@ -168,9 +171,9 @@ async def search(folder: Path, args: argparse.Namespace, texts: list[str]) -> No
         index = EdgeSearchIndex(folder, args.dim, search_in_thread=in_thread)
         await index.ensure_collection()
         for kind in ("dense", "sparse"):
-            calls = search_calls(index, kind, args.warmup, args.dim, texts, rng)
+            calls = search_calls(index, kind, args.warmup, args.dim, texts=texts, rng=rng)
             await timed_callers(calls, args.concurrency)
-            calls = search_calls(index, kind, args.queries, args.dim, texts, rng)
+            calls = search_calls(index, kind, args.queries, args.dim, texts=texts, rng=rng)
             latencies, wall = await timed_callers(calls, args.concurrency)
             report(f"{kind}, {args.concurrency} callers, {mode}", latencies, wall)
         await index.close()

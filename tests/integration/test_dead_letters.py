@@ -66,7 +66,9 @@ async def _parked_turn(js: JetStreamContext, settings: Settings) -> tuple[int, b
     data = encode_event(turn)
     for consumer in CONSUMERS:
         reason = "apply failed after 5 attempts: ModuleNotFoundError('sentence_transformers')"
-        await publish_dead_letter(js, consumer, subject, sequence, data, reason)
+        await publish_dead_letter(
+            js, consumer, subject=subject, sequence=sequence, data=data, reason=reason
+        )
     return sequence, data, subject
 
 
@@ -174,7 +176,9 @@ async def test_a_malformed_event_then_a_retried_fix_through_the_workers(
     )
     turn_subject = subjects.event_subject(turn.scope, "turn.recorded.v1")
     data = encode_event(turn)
-    await publish_dead_letter(js, "memoryd-stm", turn_subject, 999, data, "apply failed")
+    await publish_dead_letter(
+        js, "memoryd-stm", subject=turn_subject, sequence=999, data=data, reason="apply failed"
+    )
     groups = group_dead_letters(await read_dead_letters(js, settings.dead_letter_stream))
     await retry_dead_letters(js, settings.dead_letter_stream, settings.stream_name, groups)
     await client.wait_until_applied(timeout=60)

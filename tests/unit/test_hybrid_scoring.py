@@ -76,10 +76,11 @@ def score(
     weights: StreamWeights,
     k: int,
     tuning: Tuning,
+    *,
     now: datetime,
     explain: bool,
 ) -> list[RetrievedItem]:
-    items, _ = score_found(found_of(cands), weights, k, tuning, now, explain)
+    items, _ = score_found(found_of(cands), weights, k, tuning, now=now, explain=explain)
     return items
 
 
@@ -111,10 +112,10 @@ def test_decay_puts_the_recent_item_first_unless_the_old_one_is_evergreen() -> N
     tuning = Tuning(decay_per_hour=0.01, importance_weight=0.0, recency_weight=0.0)
     old = candidate(A, {"bm25": 1}, age=timedelta(days=30))
     new = candidate(B, {"bm25": 2}, age=timedelta(hours=1))
-    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, NOW, explain=False)
+    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, now=NOW, explain=False)
     assert [B, A] == order(ranked)
     old = candidate(A, {"bm25": 1}, age=timedelta(days=30), evergreen=True)
-    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, NOW, explain=False)
+    ranked = score({A: old, B: new}, StreamWeights(), 60, tuning, now=NOW, explain=False)
     assert [A, B] == order(ranked)
 
 
@@ -125,14 +126,14 @@ def test_importance_reorders_close_matches_only_when_weighted() -> None:
     plain = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0)
     weighted = Tuning(decay_per_hour=0.0, importance_weight=0.5, recency_weight=0.0)
     both = {A: first, B: second}
-    assert [A, B] == order(score(both, StreamWeights(), 60, plain, NOW, explain=False))
-    assert [B, A] == order(score(both, StreamWeights(), 60, weighted, NOW, explain=False))
+    assert [A, B] == order(score(both, StreamWeights(), 60, plain, now=NOW, explain=False))
+    assert [B, A] == order(score(both, StreamWeights(), 60, weighted, now=NOW, explain=False))
 
 
 def test_explain_mode_reports_every_streams_rank_and_the_blend() -> None:
     """Explain lists each stream an item came from with its rank, and the factors used."""
     item = candidate(A, {"bm25": 3, "dense": 1, "graph": 2})
-    [ranked] = score({A: item}, StreamWeights(), 60, Tuning(), NOW, explain=True)
+    [ranked] = score({A: item}, StreamWeights(), 60, Tuning(), now=NOW, explain=True)
     assert ranked.explanation is not None
     assert {"bm25": 3, "dense": 1, "graph": 2} == {
         name: stream.rank for name, stream in ranked.explanation.streams.items()
@@ -146,7 +147,7 @@ def test_at_most_the_cap_of_items_per_session_are_kept() -> None:
     cands = {item_id: candidate(item_id, {"bm25": item_id.int}) for item_id in ids}
     other = uuid.UUID(int=10)
     cands[other] = candidate(other, {"bm25": 10}, session="s2")
-    ranked = score(cands, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    ranked = score(cands, StreamWeights(), 60, Tuning(), now=NOW, explain=False)
     assert [*ids[:3], other] == order(cap_per_session(ranked, 3))
 
 
@@ -162,7 +163,7 @@ def test_the_assembled_context_never_exceeds_the_token_budget(
         uuid.UUID(int=n + 1): candidate(uuid.UUID(int=n + 1), {"bm25": n + 1}, session=None)
         for n in range(len(texts))
     }
-    items = score(cands, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    items = score(cands, StreamWeights(), 60, Tuning(), now=NOW, explain=False)
     items = [item.model_copy(update={"text": texts[item.item_id.int - 1]}) for item in items]
     context, _, _, kept, used = assemble([], [], items, budget)
     assert used <= budget
@@ -183,7 +184,7 @@ def test_a_turn_already_shown_as_a_recent_page_is_not_rendered_twice() -> None:
     )
     found = candidate(A, {"bm25": 1})
     found.fields |= {"text": "I moved to Berlin.\nOk", "turn_id": str(turn_id)}
-    items = score({A: found}, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    items = score({A: found}, StreamWeights(), 60, Tuning(), now=NOW, explain=False)
     context, _, _, kept, _ = assemble([page], [], items, 500)
     assert 1 == context.count("I moved to Berlin.")
     assert [A] == order(kept)
@@ -257,6 +258,6 @@ def test_a_memory_item_is_shown_only_as_a_listed_memory() -> None:
     """An index hit of a memory that ``memories`` does not list is neither rendered nor kept."""
     stale = candidate(A, {"bm25": 1})
     stale.fields |= {"kind": "memory", "text": "diet: eats no meat", "memory_id": str(A)}
-    items = score({A: stale}, StreamWeights(), 60, Tuning(), NOW, explain=False)
+    items = score({A: stale}, StreamWeights(), 60, Tuning(), now=NOW, explain=False)
     context, _, memories, kept, _ = assemble([], [], items, 500)
     assert ("", [], []) == (context, memories, kept)

@@ -111,7 +111,7 @@ def _messages(prompt: prompts.Prompt) -> list[ChatCompletionMessageParam]:
 class OpenAIChatLlm:
     """The MemoryLlm port over an OpenAI-compatible chat endpoint, with retries and a breaker."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the endpoint and its failure policy, keyword-only)
         self,
         *,
         base_url: str,
