@@ -24,6 +24,17 @@ from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
 
 
+# Fixtures that start a stack (its start loads and warms MiniLM) or load the model directly.
+MODEL_FIXTURES = frozenset({"stack", "make_stack", "client", "minilm"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that loads MiniLM with ``model``, whichever way it gets it."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 def _docker_postgres_url() -> Iterator[str] | None:
     try:
         import docker  # type: ignore[import-untyped]

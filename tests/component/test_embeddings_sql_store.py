@@ -3,7 +3,7 @@
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,12 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     CacheStats,
-    Embedder,
     SentenceTransformerEmbedder,
     SqlEmbeddingStore,
     Vectors,
     content_hash,
 )
+from tests.fakes import CountingEmbedder
 
 POSTGRES_URL = os.environ.get(
     "MEMORYD_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -125,26 +125,6 @@ async def test_many_keys_span_several_statements(database: Database, engine: Asy
     assert sorted(stored) == sorted(found)
 
 
-class CountingEmbedder:
-    """Pass calls to a real embedder, counting the texts it is asked to embed."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.texts_embedded = 0
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    @property
-    def dimension(self) -> int:
-        return self.inner.dimension
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        self.texts_embedded += len(texts)
-        return await self.inner.embed(texts)
-
-
 @pytest.fixture(scope="module")
 def minilm() -> SentenceTransformerEmbedder:
     """Share one loaded MiniLM across the module."""
@@ -170,7 +150,7 @@ async def test_a_second_call_makes_no_model_call(
 
     second = await cache.embed(TURNS[::-1])
 
-    assert 3 == counting.texts_embedded
+    assert 3 == counting.texts
     assert first[::-1].tobytes() == second.tobytes()
     assert CacheStats(hits=3, misses=3) == cache.stats
 
@@ -190,5 +170,5 @@ async def test_the_cache_survives_a_restart(
     replayed = await CachedEmbedder(counting, database.store(after)).embed(TURNS)
     await after.dispose()
 
-    assert 0 == counting.texts_embedded
+    assert 0 == counting.texts
     assert live.tobytes() == replayed.tobytes()

@@ -31,26 +31,13 @@ from memoryd.shared.contracts.events import (
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.memories import memory_identity
 from memoryd.shared.settings import Settings
+from tests.fakes import CountingEmbedder
 
 pytestmark = pytest.mark.model
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
 ALICE = Scope(tenant="acme", user_id="alice", session_id="s1")
 MINE = ScopeFilter(tenant="acme", user_id="alice")
-
-
-class CountingEmbedder:
-    """The real model, counting the texts it is asked to embed."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.texts = 0
-        self.model_name = inner.model_name
-        self.dimension = inner.dimension
-
-    async def embed(self, texts: Sequence[str]) -> object:
-        self.texts += len(texts)
-        return await self.inner.embed(texts)
 
 
 @pytest.fixture(scope="session")

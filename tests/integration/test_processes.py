@@ -170,6 +170,7 @@ async def _evicted_turns(js: nats.js.JetStreamContext, settings: Settings) -> li
     return turn_ids
 
 
+@pytest.mark.model  # `memoryd up` loads MiniLM at start
 def test_up_spawns_nats_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     """`memoryd up` serves on the embedded nats-server and Ctrl-C leaves no process behind."""
     port = free_port()

@@ -8,25 +8,9 @@ import numpy as np
 import pytest
 
 from memoryd.shared.adapters.embeddings import BatchingEmbedder, Vectors
+from tests.fakes import SlowEmbedder
 
 DIMENSION = 4
-
-
-class SlowEmbedder:
-    """Embed text i as a row of len(text), after a pause; record each call; fail on "boom"."""
-
-    model_name = "slow-model"
-    dimension = DIMENSION
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        self.calls.append(list(texts))
-        await asyncio.sleep(0.01)
-        if "boom" in texts:
-            raise RuntimeError("model failed")
-        return np.array([[float(len(t))] * DIMENSION for t in texts], dtype=np.float32)
 
 
 def _rows(texts: Sequence[str]) -> Vectors:

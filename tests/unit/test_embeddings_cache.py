@@ -2,7 +2,6 @@
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 import hashlib
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -10,46 +9,28 @@ from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     CacheStats,
     MemoryEmbeddingStore,
-    Vectors,
     content_hash,
 )
+from tests.fakes import HashEmbedder
 
 DIMENSION = 8
 
 
-class FakeEmbedder:
-    """Embed each text as a deterministic unit vector and record every call."""
-
-    model_name = "fake-model"
-    dimension = DIMENSION
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        self.calls.append(list(texts))
-        return np.stack([_vector_of(text) for text in texts])
-
-
-def _vector_of(text: str) -> Vectors:
-    digest = hashlib.sha256(text.encode()).digest()[:DIMENSION]
-    vector = np.frombuffer(digest, dtype=np.uint8).astype(np.float32) + 1.0
-    return vector / np.linalg.norm(vector)
-
-
 async def test_rows_come_back_in_input_order_with_duplicates() -> None:
     """Each input text gets its own vector, in order, even when texts repeat."""
-    cache = CachedEmbedder(FakeEmbedder(), MemoryEmbeddingStore())
+    cache = CachedEmbedder(HashEmbedder(DIMENSION), MemoryEmbeddingStore())
     texts = ["b", "a", "b", "c"]
 
     vectors = await cache.embed(texts)
 
-    np.testing.assert_array_equal(np.stack([_vector_of(text) for text in texts]), vectors)
+    np.testing.assert_array_equal(
+        np.stack([HashEmbedder(DIMENSION).vector_of(text) for text in texts]), vectors
+    )
 
 
 async def test_duplicates_within_a_call_are_embedded_once() -> None:
     """The model sees each distinct text once per call."""
-    inner = FakeEmbedder()
+    inner = HashEmbedder(DIMENSION)
 
     await CachedEmbedder(inner, MemoryEmbeddingStore()).embed(["x", "y", "x", "x"])
 
@@ -58,7 +39,7 @@ async def test_duplicates_within_a_call_are_embedded_once() -> None:
 
 async def test_a_second_call_embeds_only_new_texts() -> None:
     """Texts seen before are served from the store; only new ones reach the model."""
-    inner = FakeEmbedder()
+    inner = HashEmbedder(DIMENSION)
     cache = CachedEmbedder(inner, MemoryEmbeddingStore())
 
     await cache.embed(["one", "two"])
@@ -70,7 +51,7 @@ async def test_a_second_call_embeds_only_new_texts() -> None:
 
 async def test_misses_are_sent_in_batches() -> None:
     """Misses reach the model in batches no larger than the batch size."""
-    inner = FakeEmbedder()
+    inner = HashEmbedder(DIMENSION)
     cache = CachedEmbedder(inner, MemoryEmbeddingStore(), batch_size=2)
 
     await cache.embed(["a", "b", "c", "d", "e"])
@@ -80,7 +61,7 @@ async def test_misses_are_sent_in_batches() -> None:
 
 async def test_empty_input_makes_no_model_call() -> None:
     """Embedding nothing returns an empty matrix of the right width without a model call."""
-    inner = FakeEmbedder()
+    inner = HashEmbedder(DIMENSION)
 
     vectors = await CachedEmbedder(inner, MemoryEmbeddingStore()).embed([])
 
@@ -96,7 +77,7 @@ def test_hit_rate_is_the_share_of_hits() -> None:
 
 async def test_cache_reports_the_inner_model_identity() -> None:
     """The cache embeds as the inner model, so events record the real model."""
-    cache = CachedEmbedder(FakeEmbedder(), MemoryEmbeddingStore())
+    cache = CachedEmbedder(HashEmbedder(DIMENSION), MemoryEmbeddingStore())
 
     assert ("fake-model", DIMENSION) == (cache.model_name, cache.dimension)
 
@@ -104,10 +85,13 @@ async def test_cache_reports_the_inner_model_identity() -> None:
 async def test_memory_store_evicts_the_least_recently_used() -> None:
     """Over capacity, the entry unused for longest goes first; a read counts as a use."""
     store = MemoryEmbeddingStore(max_entries=2)
-    await store.put_many("m", {"a": _vector_of("a"), "b": _vector_of("b")})
+    await store.put_many(
+        "m",
+        {"a": HashEmbedder(DIMENSION).vector_of("a"), "b": HashEmbedder(DIMENSION).vector_of("b")},
+    )
     await store.get_many("m", ["a"])
 
-    await store.put_many("m", {"c": _vector_of("c")})
+    await store.put_many("m", {"c": HashEmbedder(DIMENSION).vector_of("c")})
 
     assert ["a", "c"] == sorted(await store.get_many("m", ["a", "b", "c"]))
     assert 2 == len(store)
@@ -116,7 +100,7 @@ async def test_memory_store_evicts_the_least_recently_used() -> None:
 async def test_memory_store_keeps_models_apart() -> None:
     """A vector stored for one model is not returned for another."""
     store = MemoryEmbeddingStore()
-    await store.put_many("model-1", {"k": _vector_of("k")})
+    await store.put_many("model-1", {"k": HashEmbedder(DIMENSION).vector_of("k")})
 
     assert {} == await store.get_many("model-2", ["k"])
 

@@ -2,42 +2,26 @@
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from memoryd.shared.adapters.embeddings import Vectors
 from memoryd.shared.adapters.embeddings.throughput import locomo_turns, measure_throughput
-
-
-class RecordingEmbedder:
-    """Return zero vectors and record every call."""
-
-    model_name = "recording"
-    dimension = 2
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        self.calls.append(list(texts))
-        return np.zeros((len(texts), 2), dtype=np.float32)
+from tests.fakes import HashEmbedder
 
 
 async def test_throughput_is_texts_over_the_timed_call() -> None:
     """Ten texts embedded in two clock seconds is five texts per second."""
     ticks = iter([100.0, 102.0])
 
-    rate = await measure_throughput(RecordingEmbedder(), ["t"] * 10, clock=lambda: next(ticks))
+    rate = await measure_throughput(HashEmbedder(), ["t"] * 10, clock=lambda: next(ticks))
 
     assert 5.0 == rate
 
 
 async def test_warm_up_runs_before_the_timed_call_on_other_text() -> None:
     """An untimed warm-up (loading a lazy model) precedes the timed call on the given texts."""
-    embedder = RecordingEmbedder()
+    embedder = HashEmbedder()
 
     await measure_throughput(embedder, ["a", "b"])
 
@@ -49,7 +33,7 @@ async def test_warm_up_runs_before_the_timed_call_on_other_text() -> None:
 async def test_no_texts_is_refused() -> None:
     """Timing nothing is an error, not a division by zero."""
     with pytest.raises(ValueError, match="at least one text"):
-        await measure_throughput(RecordingEmbedder(), [])
+        await measure_throughput(HashEmbedder(), [])
 
 
 def test_locomo_turns_follow_session_order(tmp_path: Path) -> None:
