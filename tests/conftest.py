@@ -23,7 +23,6 @@ from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
 
-
 # Fixtures that start a stack (its start loads and warms MiniLM) or load the model directly.
 MODEL_FIXTURES = frozenset({"stack", "make_stack", "client", "minilm"})
 
