@@ -24,7 +24,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import nats.errors
 import structlog
 
 from memoryd.services.bench.datasets import (
@@ -278,7 +277,7 @@ async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
         try:
             await client.wait_until_applied(timeout=timeout, consumers=CONSUMERS)
             return
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats-py raises the built-in one or its own subclass
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(1.0)

@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import nats.errors
 import structlog
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
@@ -82,7 +81,7 @@ async def read_log(
         while not out or out[-1][2] < until:
             try:
                 msgs = await sub.fetch(batch, timeout=2.0)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py raises the built-in one or its own subclass
                 break
             out.extend((m.data, m.subject, m.metadata.sequence.stream) for m in msgs)
     finally:

@@ -159,7 +159,7 @@ async def _evicted_turns(js: nats.js.JetStreamContext, settings: Settings) -> li
     while True:
         try:
             msgs = await sub.fetch(500, timeout=1)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats-py raises the built-in one or its own subclass
             break
         for msg in msgs:
             await msg.ack()

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import nats
-import nats.errors
 import pytest
 
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats, free_port
@@ -34,7 +33,7 @@ async def _stored_turn_ids(url: str, stream: str) -> list[uuid.UUID]:
     while True:
         try:
             msgs = await sub.fetch(100, timeout=1)
-        except nats.errors.TimeoutError:
+        except TimeoutError:  # nats-py raises the built-in one or its own subclass
             break
         for msg in msgs:
             ids.append(decode_event(msg.data).event_id)
