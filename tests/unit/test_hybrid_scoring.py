@@ -214,7 +214,9 @@ PLAIN = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0)
 def test_an_item_scores_its_best_key() -> None:
     """A turn found through its fact key at rank 1 outranks a turn whose only key is 2nd."""
     keys = [key(1, A, "s1"), key(2, B, "s2"), key(3, A, "s1")]
-    items, _ = score_found(found_keys(keys, [3, 2, 1]), StreamWeights(), 10, PLAIN, NOW, False)
+    items, _ = score_found(
+        found_keys(keys, [3, 2, 1]), StreamWeights(), 10, PLAIN, now=NOW, explain=False
+    )
     assert [A, B] == order(items)
 
 
@@ -224,11 +226,11 @@ def test_a_session_scores_the_sum_of_its_two_best_keys() -> None:
     keys = [key(1, A, "s1"), key(2, B, "s2"), key(3, c, "s2"), key(4, c, "s2")]
     found = found_keys(keys, [1, 2, 3, 4])
     two = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0, session_top_keys=2)
-    _, sessions = score_found(found, StreamWeights(), 10, two, NOW, False)
+    _, sessions = score_found(found, StreamWeights(), 10, two, now=NOW, explain=False)
     assert ["s2", "s1"] == [s.session_id for s in sessions]
     assert round(1 / 12 + 1 / 13, 6) == sessions[0].score
     one = Tuning(decay_per_hour=0.0, importance_weight=0.0, recency_weight=0.0, session_top_keys=1)
-    _, sessions = score_found(found, StreamWeights(), 10, one, NOW, False)
+    _, sessions = score_found(found, StreamWeights(), 10, one, now=NOW, explain=False)
     assert ["s1", "s2"] == [s.session_id for s in sessions]
 
 
@@ -236,11 +238,11 @@ def test_the_date_prior_lifts_the_item_near_the_implied_date() -> None:
     """Asked "two weeks ago", the item from 14 days back overtakes a slightly better match."""
     keys = [key(1, A, "s1", days_ago=60), key(2, B, "s2", days_ago=14)]
     found = found_keys(keys, [1, 2])
-    plain, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False)
+    plain, _ = score_found(found, StreamWeights(), 10, PLAIN, now=NOW, explain=False)
     assert [A, B] == order(plain)
     when = implied_date("what did I cook two weeks ago", NOW)
     priors = Priors(query="what did I cook two weeks ago", date=when, date_weight=0.5)
-    dated, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False, priors)
+    dated, _ = score_found(found, StreamWeights(), 10, PLAIN, now=NOW, explain=False, priors=priors)
     assert [B, A] == order(dated)
 
 
@@ -249,7 +251,7 @@ def test_a_turn_whose_speaker_the_query_names_gets_the_bonus() -> None:
     keys = [key(1, A, "s1", speaker="Melanie"), key(2, B, "s1", speaker="Caroline")]
     found = found_keys(keys, [1, 2])
     priors = Priors(query="What did Caroline paint?", speaker_bonus=0.5)
-    items, _ = score_found(found, StreamWeights(), 10, PLAIN, NOW, False, priors)
+    items, _ = score_found(found, StreamWeights(), 10, PLAIN, now=NOW, explain=False, priors=priors)
     assert [B, A] == order(items)
     assert all(item.score <= 1.0 for item in items)
 
