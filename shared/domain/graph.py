@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from memoryd.shared.adapters.index.sparse import terms
 from memoryd.shared.adapters.llm.offline import USER_ENTITY
 from memoryd.shared.contracts.events import derived_id
 from memoryd.shared.contracts.retrieval import GraphExtracted
+from memoryd.shared.domain.text import terms
 
 # Relations a subject holds with one target at a time: a newer target contradicts the older.
 SINGLE_VALUED = frozenset(

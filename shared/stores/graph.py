@@ -19,7 +19,6 @@ from sqlalchemy import ColumnElement, Table, delete, false, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.index import ScopeFilter
-from memoryd.shared.adapters.index.sparse import terms
 from memoryd.shared.adapters.llm.offline import USER_ENTITY
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
 from memoryd.shared.adapters.sql.upsert import upsert
@@ -34,6 +33,7 @@ from memoryd.shared.domain.graph import (
     node_id,
     walk,
 )
+from memoryd.shared.domain.text import terms
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryd.shared.adapters.index.sparse import terms
 from memoryd.shared.domain.graph import Edge, matched_entities, name_key, names_word, walk
+from memoryd.shared.domain.text import terms
 
 LISBON, ANNA, GOOGLE = (uuid.UUID(int=n) for n in (1, 2, 3))
 EDGES = [

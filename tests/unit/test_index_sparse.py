@@ -8,25 +8,12 @@ from memoryd.shared.adapters.index.sparse import (
     document_vector,
     query_vector,
     term_index,
-    terms,
 )
 
 
 def _weight(vector: SparseVector, term: str) -> float:
     """Return the weight the vector gives to a (stemmed) term."""
     return dict(zip(vector.indices, vector.values, strict=True))[term_index(term)]
-
-
-def test_terms_are_lowercased_stemmed_and_free_of_stopwords() -> None:
-    """A text becomes its lowercase stems, in order, without stopwords."""
-    expected = ["runner", "run", "quick", "morn"]
-    assert expected == terms("The Runner was RUNNING quickly this morning")
-
-
-def test_terms_split_on_word_characters() -> None:
-    """Punctuation separates words, and contraction fragments are dropped as stopwords."""
-    expected = ["e", "mail", "bob", "exampl", "com", "2024"]
-    assert expected == terms("Don't e-mail bob@example.com, 2024!")
 
 
 def test_inflections_share_one_dimension() -> None:

@@ -1,5 +1,8 @@
 """Turn text into BM25 sparse vectors for the search index's keyword stream.
 
+A text's terms are ``shared.domain.text.terms``: the words keyword matching and the offline
+extractor see, stemmed, without stopwords.
+
 Only the term-frequency half of BM25 is computed here; the IDF half is left to Qdrant. The
 collection's sparse vector is configured with the IDF modifier, so at query time the engine
 multiplies each matching weight by ``idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))``,
@@ -13,15 +16,11 @@ A query term weighs 1, so the engine's dot product of a query vector with a docu
 exactly the BM25 score ``sum over query terms of idf(t) * tf_weight(t, d)``.
 """
 
-import re
-import threading
 import zlib
 from collections import Counter
 from dataclasses import dataclass
 
-import Stemmer  # ships no type hints: see [[tool.mypy.overrides]]
-
-from memoryd.shared.adapters.index._stopwords import ENGLISH_STOPWORDS
+from memoryd.shared.domain.text import terms
 
 __all__ = [
     "DEFAULT_AVG_LEN",
@@ -32,7 +31,6 @@ __all__ = [
     "document_vector",
     "query_vector",
     "term_index",
-    "terms",
 ]
 
 K1 = 1.2
@@ -41,11 +39,6 @@ B = 0.75
 # LongMemEval-S turn averages 96 terms (user turns 23, a user+assistant page 192) and a LoCoMo
 # turn 12: 100 sits at the turn mean. Callers that index mostly short facts should pass less.
 DEFAULT_AVG_LEN = 100.0
-
-_WORD = re.compile(r"\w+")
-# A PyStemmer instance keeps internal state and must not be shared between threads, and the
-# adapters may run this code in worker threads: one stemmer per thread.
-_local = threading.local()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +51,6 @@ class SparseVector:
     def __bool__(self) -> bool:
         """Say whether the vector has any term at all."""
         return bool(self.indices)
-
-
-def _stemmer() -> Stemmer.Stemmer:
-    """Return this thread's English stemmer, creating it on first use."""
-    stemmer: Stemmer.Stemmer | None = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = Stemmer.Stemmer("english")
-        _local.stemmer = stemmer
-    return stemmer
-
-
-def terms(text: str) -> list[str]:
-    """Return the stemmed, stopword-free terms of a text, in order, repeats kept."""
-    words = [word for word in _WORD.findall(text.lower()) if word not in ENGLISH_STOPWORDS]
-    stems: list[str] = _stemmer().stemWords(words)
-    return stems
 
 
 def term_index(term: str) -> int:

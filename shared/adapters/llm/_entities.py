@@ -4,8 +4,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memoryd.shared.adapters.llm._text import STOPWORDS, sentences, word_set
+from memoryd.shared.adapters.llm._text import FILLER, sentences, word_set
 from memoryd.shared.adapters.llm.port import EntityType
+from memoryd.shared.domain.text import fold, host, is_stopword
 
 __all__ = ["NamedSpan", "named_spans"]
 
@@ -97,14 +98,25 @@ def _runs(sentence: str) -> Iterator[tuple[int, list[_Token]]]:
         index = cursor
 
 
+def _says_nothing(token: _Token) -> bool:
+    """Say whether a word is a stopword or chat filler ("The", "Thanks", "It's")."""
+    word = fold(token.text)
+    return is_stopword(word) or host(word) in FILLER
+
+
+def _not_name(token: _Token) -> bool:
+    """Say whether a capitalised word is never part of a name ("Yesterday", "Monday")."""
+    return token.text.lower() in _NOT_NAMES
+
+
 def _trim(run: list[_Token], opens_sentence: bool) -> list[_Token]:
     """Drop words that are capitalised for grammar, not because they name something."""
     words = list(run)
-    if opens_sentence and words and words[0].text.lower() in STOPWORDS | _NOT_NAMES:
+    if opens_sentence and words and (_says_nothing(words[0]) or _not_name(words[0])):
         words = words[1:]
-    while words and words[0].text.lower() in _NOT_NAMES:
+    while words and _not_name(words[0]):
         words = words[1:]
-    if len(words) == 1 and words[0].text.lower() in STOPWORDS:
+    if len(words) == 1 and _says_nothing(words[0]):
         return []
     return words
 

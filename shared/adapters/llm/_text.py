@@ -1,27 +1,25 @@
-"""Split, tokenise, stem and rank English text for the offline extractor."""
+"""Split, rank and summarise English text for the offline extractor.
+
+What a word is, its stem and the stopwords come from ``shared.domain.text``, so a keyword the
+extractor picks is a term the search index knows.
+"""
 
 import math
 import re
-import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 
-# PyStemmer ships no type stubs; `unused-ignore` keeps this line quiet once the project adds an
-# ignore_missing_imports override for it.
-import Stemmer  # type: ignore[import-not-found, unused-ignore]
+from memoryd.shared.domain.text import host, is_stopword, stem, words
 
 __all__ = [
-    "STOPWORDS",
+    "FILLER",
     "clip",
     "content_words",
     "extractive_summary",
     "keywords",
     "sentences",
-    "stem",
     "stems",
     "word_set",
-    "words",
 ]
 
 
@@ -30,63 +28,26 @@ def word_set(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# NLTK's English list, its apostrophe forms kept whole (the tokeniser keeps "don't" as one
-# word), plus chat filler that says nothing about a topic.
-STOPWORDS = word_set(
+# Chat filler: words that are no stopwords to a search (a query may well ask what someone
+# "said" or "wanted") but never name what a page is about.
+FILLER = word_set(
     """
-    a about above after again against all am an and any are aren't as at be because been before
-    being below between both but by can can't cannot could couldn't did didn't do does doesn't
-    doing don't down during each few for from further had hadn't has hasn't have haven't having
-    he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm
-    i've if in into is isn't it it's its itself let's me more most mustn't my myself no nor not
-    of off on once only or other ought our ours ourselves out over own same shan't she she'd
-    she'll she's should shouldn't so some such than that that's the their theirs them
-    themselves then there there's these they they'd they'll they're they've this those through
-    to too under until up very was wasn't we we'd we'll we're we've were weren't what what's
-    when when's where where's which while who who's whom why why's will with won't would
-    wouldn't you you'd you'll you're you've your yours yourself yourselves
-    also actually just really like well yes yeah yep no nope okay ok oh hi hello hey thanks
-    thank please sure maybe much many lot lots thing things something anything everything
-    nothing get got getting make made go going gone want wanted know think thought say said
-    tell told let one would could might may must shall need see look way kind sort bit even
-    still already now today though since however
+    actually already also anything bit cannot could even everything get getting go going gone
+    got hello hey hi however kind know let like look lot lots made make many may maybe might
+    much must need nope nothing oh ok okay one ought please really said say see shall since
+    something sort still sure tell thank thanks thing things think though thought today told
+    want wanted way well would yeah yep yes
     """
 )
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 _MIN_KEYWORD_LENGTH = 3
 _ELLIPSIS = "…"
-# A PyStemmer instance keeps internal state and must not be shared between threads.
-_local = threading.local()
-
-
-def _stemmer() -> "Stemmer.Stemmer":
-    """Return this thread's English stemmer, creating it on first use."""
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = Stemmer.Stemmer("english")
-        _local.stemmer = stemmer
-    return stemmer
 
 
 def sentences(text: str) -> list[str]:
     """Split text into trimmed, non-empty sentences."""
     return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
-
-
-def words(text: str) -> list[str]:
-    """Return the lowercase words of a text, apostrophes inside words kept."""
-    return _WORD.findall(text.lower().replace("\u2019", "'"))
-
-
-# Chat reuses a small vocabulary: caching stems saves most of the stemmer calls.
-@lru_cache(maxsize=1 << 16)
-def stem(word: str) -> str:
-    """Return the English stem of one lowercase word, its possessive dropped."""
-    base = word[:-2] if word.endswith("'s") else word
-    result: str = _stemmer().stemWord(base)
-    return result
 
 
 def stems(tokens: Iterable[str]) -> tuple[str, ...]:
@@ -95,9 +56,13 @@ def stems(tokens: Iterable[str]) -> tuple[str, ...]:
 
 
 def _is_content(word: str) -> bool:
-    """Say whether a word can carry a topic: not a stopword, long enough, not just digits."""
-    # Words are runs of letters and digits, so "has a letter" is "is not all digits".
-    return len(word) >= _MIN_KEYWORD_LENGTH and word not in STOPWORDS and not word.isdigit()
+    """Say whether a word can carry a topic: long enough, with a letter, no stopword or filler."""
+    return (
+        len(word) >= _MIN_KEYWORD_LENGTH
+        and any(char.isalpha() for char in word)
+        and not is_stopword(word)
+        and host(word) not in FILLER
+    )
 
 
 def content_words(text: str) -> list[str]:
@@ -117,7 +82,7 @@ def _stem_weights(text: str) -> tuple[Counter[str], dict[str, str]]:
         forms = spellings.get(key)
         if forms is None:
             forms = spellings[key] = Counter()
-        forms[word.removesuffix("'s")] += 1
+        forms[host(word)] += 1
     counts = Counter({key: forms.total() for key, forms in spellings.items()})
     display = {
         key: min(forms, key=lambda form: (-forms[form], len(form), form))

@@ -18,7 +18,6 @@ from memoryd.shared.adapters.llm._text import (
     sentences,
     stems,
     word_set,
-    words,
 )
 from memoryd.shared.adapters.llm.port import (
     Continuity,
@@ -32,6 +31,7 @@ from memoryd.shared.adapters.llm.port import (
     SegmentSummary,
 )
 from memoryd.shared.adapters.llm.traits import Trait, load_traits
+from memoryd.shared.domain.text import words
 
 __all__ = ["USER_ENTITY", "OfflineExtractor"]
 
