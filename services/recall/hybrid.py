@@ -515,16 +515,7 @@ def assemble(
     is returned is exactly what the context shows.
     Titles count, so the whole context never exceeds ``max_tokens`` (by ``estimate_tokens``).
     """
-    title = "## Recent conversation"
-    used = estimate_tokens(title + "\n") if pages else 0
-    kept_pages: list[PageItem] = []
-    for page in reversed(pages):
-        cost = estimate_tokens(f"User: {page.query}\nAgent: {page.response}\n")
-        if used + cost > max_tokens:
-            break
-        kept_pages.insert(0, page)
-        used += cost
-    used = used if kept_pages else 0
+    conversation, kept_pages, used = _recent_pages(pages, max_tokens)
     facts, used, n_facts = _section(
         "## Memories", [f"- {m.content}" for m in memories], used, max_tokens
     )
@@ -544,12 +535,28 @@ def assemble(
         "## Knowledge", [f"- {i.text}" for i in knowledge_in], used, max_tokens
     )
     kept_items += episodes_in[:n_episodes] + knowledge_in[:n_knowledge]
-    lines: list[str] = []
-    if kept_pages:
-        lines.append(title)
-        for page in kept_pages:
-            lines += [f"User: {page.query}", f"Agent: {page.response}"]
-    lines += facts + episodes + knowledge
     order = {item.item_id: n for n, item in enumerate(items)}
     kept_items.sort(key=lambda item: order[item.item_id])
-    return "\n".join(lines), kept_pages, kept_memories, kept_items, used
+    context = "\n".join(conversation + facts + episodes + knowledge)
+    return context, kept_pages, kept_memories, kept_items, used
+
+
+def _recent_pages(
+    pages: Sequence[PageItem], max_tokens: int
+) -> tuple[list[str], list[PageItem], int]:
+    """Return the conversation section's lines, the pages it keeps (newest) and its cost."""
+    title = "## Recent conversation"
+    used = estimate_tokens(title + "\n") if pages else 0
+    kept: list[PageItem] = []
+    for page in reversed(pages):
+        cost = estimate_tokens(f"User: {page.query}\nAgent: {page.response}\n")
+        if used + cost > max_tokens:
+            break
+        kept.insert(0, page)
+        used += cost
+    if not kept:
+        return [], [], 0
+    lines = [title]
+    for page in kept:
+        lines += [f"User: {page.query}", f"Agent: {page.response}"]
+    return lines, kept, used

@@ -31,6 +31,7 @@ from memoryd.shared.contracts.recall import (
     SegmentPageItem,
     TraitItem,
 )
+from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import (
     MemoryOsParams,
@@ -69,6 +70,52 @@ async def load_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[
     """Return the filed pages of the given segments with their vectors."""
     rows = await mtm_store.segment_pages(session, segment_ids)
     return [_Page(row, decode_vector(row["vector"])) for row in rows]
+
+
+def persona_sources(persona: Persona) -> set[str]:
+    """Return the extraction ids behind everything the persona holds."""
+    sources = {f.source for f in (*persona.knowledge.facts, *persona.agent_traits.facts)}
+    sources |= {entry.source for entry in persona.profile.attributes.values()}
+    sources |= {evidence.source for evidence in persona.traits.dimensions.values()}
+    return sources
+
+
+def visit_of(top: Sequence[Ranked[Segment]], scope: Scope, now: datetime) -> SegmentsVisited | None:
+    """Return the visit to record for the segments recall used (None: it used none)."""
+    if not top:
+        return None
+    segment_ids = tuple(entry.item.id for entry in top)
+    return SegmentsVisited(occurred_at=now, scope=scope, segment_ids=segment_ids)
+
+
+def segment_item(
+    entry: Ranked[Segment], heat_now: float, by_segment: Mapping[str, Provenance]
+) -> SegmentItem:
+    """Return a ranked segment as a recall item, with its heat now and its provenance."""
+    return SegmentItem(
+        segment_id=entry.item.id,
+        summary=entry.item.summary,
+        keywords=entry.item.keywords,
+        page_count=entry.item.page_count,
+        heat=round(heat_now, 6),
+        score=round(entry.score, 6),
+        provenance=by_segment.get(entry.item.id, Provenance()),
+    )
+
+
+def segment_page_item(entry: Ranked[_Page]) -> SegmentPageItem:
+    """Return a ranked filed page as a recall item."""
+    row = entry.item.row
+    return SegmentPageItem(
+        turn_id=row["turn_id"],
+        segment_id=row["segment_id"],
+        session_id=row["session_id"],
+        agent_id=row["agent_id"],
+        query=row["query"],
+        response=row["response"],
+        occurred_at=row["occurred_at"],
+        score=round(entry.score, 6),
+    )
 
 
 def fact_items(
@@ -202,10 +249,7 @@ class TierRecall:
             query_vec = await self._query_vector(request.query, segments, persona)
             top = await self._top_segments(query_vec, request.query, segments)
             segment_pages = await load_pages(session, [entry.item.id for entry in top])
-            sources = {f.source for f in (*persona.knowledge.facts, *persona.agent_traits.facts)}
-            sources |= {entry.source for entry in persona.profile.attributes.values()}
-            sources |= {evidence.source for evidence in persona.traits.dimensions.values()}
-            provenance = await load_provenance(session, sources)
+            provenance = await load_provenance(session, persona_sources(persona))
         context = self._context(
             query_vec, top, segment_pages, persona, provenance=provenance, now=now
         )
@@ -220,16 +264,7 @@ class TierRecall:
                 "tokens": response.tokens + tokens,
             }
         )
-        visit = (
-            SegmentsVisited(
-                occurred_at=now,
-                scope=scope,
-                segment_ids=tuple(entry.item.id for entry in top),
-            )
-            if top
-            else None
-        )
-        return enriched, visit
+        return enriched, visit_of(top, scope, now)
 
     async def _query_vector(
         self, query: str, segments: Sequence[Segment], persona: Persona
@@ -269,30 +304,10 @@ class TierRecall:
             ranked_pages = rank_by_similarity(query_vec, pages, k)
         return MemoryOsContext(
             segments=[
-                SegmentItem(
-                    segment_id=entry.item.id,
-                    summary=entry.item.summary,
-                    keywords=entry.item.keywords,
-                    page_count=entry.item.page_count,
-                    heat=round(heat(entry.item, now, self._params), 6),
-                    score=round(entry.score, 6),
-                    provenance=by_segment.get(entry.item.id, Provenance()),
-                )
+                segment_item(entry, heat(entry.item, now, self._params), by_segment)
                 for entry in top
             ],
-            segment_pages=[
-                SegmentPageItem(
-                    turn_id=entry.item.row["turn_id"],
-                    segment_id=entry.item.row["segment_id"],
-                    session_id=entry.item.row["session_id"],
-                    agent_id=entry.item.row["agent_id"],
-                    query=entry.item.row["query"],
-                    response=entry.item.row["response"],
-                    occurred_at=entry.item.row["occurred_at"],
-                    score=round(entry.score, 6),
-                )
-                for entry in ranked_pages
-            ],
+            segment_pages=[segment_page_item(entry) for entry in ranked_pages],
             knowledge=fact_items(knowledge, provenance),
             agent_traits=fact_items(agent, provenance),
             profile=profile_items(persona.profile, provenance),
