@@ -8,10 +8,8 @@ live read models and index with a fresh fold of the log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,9 +20,8 @@ from nats.js.errors import NotFoundError
 from memoryd.shared import subjects
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
-from memoryd.shared.settings import Settings
 from tests.conftest import unique
-from tests.integration.test_processes import memoryd_process
+from tests.integration.test_processes import clean_log, memoryd_process, wait_for, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -50,13 +47,6 @@ async def _delivered(js: nats.js.JetStreamContext, stream: str, consumer: str) -
     return (info.delivered.stream_seq or 0) >= 1
 
 
-async def _until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def _publish_first(client: MemoryClient, scope: Scope, component: str) -> None:
     if component == "memories":
         await client.remember(scope, "Alice is vegetarian", key="diet", occurred_at=T0)
@@ -68,27 +58,18 @@ async def test_a_kill_inside_the_first_batch_loses_nothing(
     nats_url: str, tmp_path: Path, component: str
 ) -> None:
     """Publish, SIGKILL as the first batch is in hand, restart, publish more: verify is equal."""
-    settings = Settings(nats_url=nats_url)
-    nc = await nats.connect(nats_url)
+    nc, settings = await clean_log(nats_url)
     js = nc.jetstream()
-    for name in (settings.stream_name, settings.dead_letter_stream):
-        with contextlib.suppress(NotFoundError):
-            await js.delete_stream(name)
-    env = {
-        "MEMORYD_NATS_URL": nats_url,
-        "MEMORYD_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}",
-        "MEMORYD_DATA_DIR": str(tmp_path),
-        "MEMORYD_ACK_WAIT_SECONDS": "10",  # longer than a restart: seq 1 comes back last
-        "HF_HUB_OFFLINE": "1",
-    }
+    # ack_wait longer than a restart: seq 1 comes back last.
+    env = worker_env(nats_url, tmp_path, MEMORYD_ACK_WAIT_SECONDS="10", HF_HUB_OFFLINE="1")
     consumer = CONSUMERS[component]
     client = MemoryClient(nc)
     scope = Scope(tenant="kill", user_id=unique("u"), session_id="s1")
     log = tmp_path / "worker.log"
     with memoryd_process(["up", "--components", component], env, log) as worker:
-        await _until(lambda: _consumer_exists(js, settings.stream_name, consumer))
+        await wait_for(lambda: _consumer_exists(js, settings.stream_name, consumer), 120)
         await _publish_first(client, scope, component)
-        await _until(lambda: _delivered(js, settings.stream_name, consumer))
+        await wait_for(lambda: _delivered(js, settings.stream_name, consumer))
         worker.kill()
         worker.wait(10)
 

@@ -62,6 +62,26 @@ async def consumer_ack_floor(js: nats.js.JetStreamContext, stream: str, name: st
     return info.ack_floor.stream_seq or 0
 
 
+async def clean_log(nats_url: str) -> tuple[nats.aio.client.Client, Settings]:
+    """Connect to the test's nats-server and delete memoryd's streams; return the connection."""
+    settings = Settings(nats_url=nats_url)
+    nc = await nats.connect(nats_url)
+    for name in (settings.stream_name, settings.dead_letter_stream):
+        with contextlib.suppress(NotFoundError):
+            await nc.jetstream().delete_stream(name)
+    return nc, settings
+
+
+def worker_env(nats_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Return the environment of a `memoryd` child on the test's NATS and its own SQLite."""
+    return {
+        "MEMORYD_NATS_URL": nats_url,
+        "MEMORYD_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}",
+        "MEMORYD_DATA_DIR": str(tmp_path),
+        **extra,
+    }
+
+
 async def wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     """Poll an async predicate until it holds."""
     deadline = time.monotonic() + timeout
@@ -75,20 +95,10 @@ async def test_killing_the_stm_worker_mid_stream_loses_nothing(
     nats_url: str, tmp_path: Path
 ) -> None:
     """SIGKILL the STM worker mid-stream; after a restart each page and eviction is there once."""
-    settings = Settings(nats_url=nats_url)
-    nc = await nats.connect(nats_url)
+    nc, settings = await clean_log(nats_url)
     js = nc.jetstream()
-    for name in (settings.stream_name, settings.dead_letter_stream):
-        with contextlib.suppress(NotFoundError):
-            await js.delete_stream(name)
-    env = {
-        "MEMORYD_NATS_URL": nats_url,
-        "MEMORYD_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}",
-        "MEMORYD_DATA_DIR": str(tmp_path),
-        "MEMORYD_BATCH_SIZE": "50",
-        # Messages the killed worker held come back after ack_wait; keep the test short.
-        "MEMORYD_ACK_WAIT_SECONDS": "3",
-    }
+    # Messages the killed worker held come back after ack_wait; keep the test short.
+    env = worker_env(nats_url, tmp_path, MEMORYD_BATCH_SIZE="50", MEMORYD_ACK_WAIT_SECONDS="3")
     users = [Scope(tenant="crash", user_id=unique("u")) for _ in range(10)]
     turns_per_user = 300
     log = tmp_path / "worker.log"
