@@ -50,7 +50,9 @@ from memoryd.shared.adapters.embeddings import (
     CachedEmbedder,
     Embedder,
     EmbeddingDimensionError,
+    LocalRuntime,
     MemoryEmbeddingStore,
+    OnnxEmbedder,
     SentenceTransformerEmbedder,
     SqlEmbeddingStore,
     build_embedder,
@@ -160,21 +162,27 @@ EmbedderRole = Literal["workers", "queries"]
 
 
 @functools.cache
-def _local_minilm(role: EmbedderRole) -> SentenceTransformerEmbedder:
-    # One model per process and role: the embedded default, the CLI and tests start several
-    # stacks in one process, and loading MiniLM costs seconds. Queries get their own instance
-    # (~90 MB) because a model encodes one call at a time and a worker's call can take seconds.
-    # It loads lazily, on the first embed.
-    return SentenceTransformerEmbedder()
+def _local_model(runtime: LocalRuntime, role: EmbedderRole, cache_dir: Path | None) -> Embedder:
+    # One model per process, runtime and role: the embedded default, the CLI and tests start
+    # several stacks in one process, and loading a model costs time. Queries get their own
+    # instance, one thread, so a query never waits behind a worker's batch of hundreds of
+    # texts. It loads lazily, on the first embed.
+    if runtime == "torch":
+        return SentenceTransformerEmbedder()
+    threads = 1 if role == "queries" else None
+    return OnnxEmbedder(int8=runtime == "onnx-int8", threads=threads, cache_dir=cache_dir)
 
 
 def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     """Return the configured embedding model (uncached); a local model has one per role."""
+    runtime = settings.embedding_runtime
     if settings.embedding_kind == "local" and settings.embedding_model is None:
-        return _local_minilm(role)
+        return _local_model(runtime, role, settings.model_cache_dir)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model
+        if runtime != "torch":
+            options["cache_dir"] = settings.model_cache_dir
     else:
         options = {
             "model": settings.embedding_model or "text-embedding-3-small",
@@ -182,7 +190,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
             "api_key": settings.embedding_api_key or "no-key",
             "dimension": settings.embedding_dimension,
         }
-    return build_embedder(settings.embedding_kind, **options)
+    return build_embedder(settings.embedding_kind, runtime, **options)
 
 
 def _cache_engine(engine: AsyncEngine, exit_stack: AsyncExitStack) -> AsyncEngine:

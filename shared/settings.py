@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     index_optimize_every: int = Field(default=20_000, ge=1)
     embedding_kind: Literal["local", "openai"] = "local"
     embedding_model: str | None = None
+    # How a local model runs: ONNX Runtime (the same vectors as torch, without loading torch),
+    # its int8 export (faster, vectors within ~0.99 cosine: another cache and index), or torch.
+    embedding_runtime: Literal["onnx", "onnx-int8", "torch"] = "onnx"
+    # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
+    model_cache_dir: Path | None = None
     embedding_base_url: str | None = None
     embedding_api_key: str | None = None
     # Recall keeps the vectors of recent query texts in memory (a repeated question skips the

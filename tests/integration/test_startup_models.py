@@ -13,7 +13,7 @@ import pytest
 
 from memoryd.services import bootstrap
 from memoryd.services.bootstrap import start_stack
-from memoryd.shared.adapters.embeddings import SentenceTransformerEmbedder, Vectors
+from memoryd.shared.adapters.embeddings import OnnxEmbedder, Vectors
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
 from memoryd.shared.settings import Settings, StartupError
@@ -87,12 +87,12 @@ async def test_minilm_for_queries_is_loaded_when_start_returns(
     nats_url: str, tmp_path: Path
 ) -> None:
     """With the default local model, recall's MiniLM is in memory before start returns."""
-    bootstrap._local_minilm.cache_clear()  # a fresh instance, not one an earlier test loaded
+    bootstrap._local_model.cache_clear()  # a fresh instance, not one an earlier test loaded
     stack = await start_stack(_settings(nats_url, tmp_path), ["recall"])
     try:
         assert stack.retrieval is not None
         query_model = stack.retrieval.query_model
-        assert isinstance(query_model, SentenceTransformerEmbedder)
+        assert isinstance(query_model, OnnxEmbedder)
         assert query_model.loaded
     finally:
         await stack.stop()

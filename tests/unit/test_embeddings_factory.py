@@ -4,22 +4,33 @@
 import pytest
 
 from memoryd.shared.adapters.embeddings import (
+    OnnxEmbedder,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
 )
 
 
-def test_local_kind_builds_minilm_without_loading_it() -> None:
-    """The local kind is the bundled MiniLM, 384 wide, configured from the settings."""
+def test_local_kind_builds_minilm_on_onnx_runtime_without_loading_it() -> None:
+    """The local kind is the bundled MiniLM, 384 wide, on ONNX Runtime by default."""
     embedder = build_embedder("local", batch_size=16)
 
-    assert isinstance(embedder, SentenceTransformerEmbedder)
-    assert ("all-MiniLM-L6-v2", 384, 16) == (
+    assert isinstance(embedder, OnnxEmbedder)
+    assert ("all-MiniLM-L6-v2", 384, 16, False) == (
         embedder.model_name,
         embedder.dimension,
         embedder.batch_size,
+        embedder.loaded,
     )
+
+
+def test_the_torch_and_int8_runtimes_are_chosen_by_name() -> None:
+    """torch builds the sentence-transformers model; onnx-int8 is a model of its own name."""
+    torch_model = build_embedder("local", "torch", batch_size=16)
+    int8_model = build_embedder("local", "onnx-int8")
+
+    assert isinstance(torch_model, SentenceTransformerEmbedder)
+    assert "all-MiniLM-L6-v2-int8" == int8_model.model_name
 
 
 def test_openai_kind_builds_a_client_for_the_endpoint() -> None:

@@ -9,13 +9,14 @@ from .cache import (
     SqlEmbeddingStore,
     content_hash,
 )
-from .factory import EmbedderKind, build_embedder
+from .factory import EmbedderKind, LocalRuntime, build_embedder
 from .local import (
     MINILM_DIMENSION,
     MINILM_NAME,
     SentenceTransformerEmbedder,
     bundled_minilm_path,
 )
+from .onnx import OnnxEmbedder
 from .openai_compat import OpenAIEmbedder
 from .port import (
     Embedder,
@@ -35,7 +36,9 @@ __all__ = [
     "EmbeddingDimensionError",
     "EmbeddingError",
     "EmbeddingStore",
+    "LocalRuntime",
     "MemoryEmbeddingStore",
+    "OnnxEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
     "SqlEmbeddingStore",

@@ -1,0 +1,192 @@
+"""A sentence-transformers model run by ONNX Runtime: the same vectors without torch.
+
+The model's transformer is exported to ONNX once (``onnx_export``, in a child process) and
+cached; this process only loads ONNX Runtime and the model's fast tokenizer, so it starts
+in a fraction of a second and holds far less memory than torch. Pooling is the model's
+mean over tokens, as sentence-transformers computes it; ``int8`` runs the quantised export.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from ._vectors import empty_rows, unit_rows
+from .local import MINILM_DIMENSION, MINILM_NAME, bundled_minilm_path
+from .onnx_export import ensure_export
+from .port import EmbeddingDimensionError, EmbeddingError, Vectors
+
+if TYPE_CHECKING:
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+log = structlog.get_logger(__name__)
+
+INT8_SUFFIX = "-int8"
+
+
+def default_model_cache() -> Path:
+    """Return where exported models are kept: ``$XDG_CACHE_HOME/memoryd/models``."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "memoryd" / "models"
+
+
+def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
+    """Average each row's token vectors over its real (unpadded) tokens."""
+    weights = mask[..., None].astype(np.float32)
+    summed = (hidden * weights).sum(axis=1)
+    counts = np.clip(weights.sum(axis=1), 1e-9, None)
+    pooled: Vectors = (summed / counts).astype(np.float32)
+    return pooled
+
+
+def length_batches(texts: Sequence[str], size: int) -> list[list[int]]:
+    """Group text positions into batches of similar length (less padding per batch)."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
+class OnnxEmbedder:
+    """Embed texts with an exported sentence-transformers model, loaded on first use."""
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        int8: bool = False,
+        threads: int | None = None,
+        batch_size: int = 32,
+        cache_dir: Path | None = None,
+    ) -> None:
+        """Use the bundled MiniLM or the model folder ``model``; ``threads`` per call."""
+        self._model_dir = Path(model) if model is not None else None
+        self._base_name = MINILM_NAME if model is None else Path(model).name
+        self._model_name = self._base_name + (INT8_SUFFIX if int8 else "")
+        self._dimension: int | None = MINILM_DIMENSION if model is None else None
+        self._int8 = int8
+        self._threads = threads
+        self.batch_size = batch_size
+        self._cache_dir = cache_dir or default_model_cache()
+        self._lock = threading.Lock()  # the first calls race to load; one loads
+        self._session: onnxruntime.InferenceSession | None = None
+        self._tokenizer: Tokenizer | None = None
+
+    @property
+    def model_name(self) -> str:
+        """Name the model as cache keys record it (the int8 export is another model)."""
+        return self._model_name
+
+    @property
+    def loaded(self) -> bool:
+        """Say whether the model is in memory (it loads on the first embed)."""
+        return self._session is not None
+
+    @property
+    def dimension(self) -> int:
+        """Return the vector width; loads the model (blocking) if it was not given."""
+        if self._dimension is None:
+            self._ensure_loaded()
+        assert self._dimension is not None
+        return self._dimension
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Encode ``texts`` in a worker thread so the event loop keeps serving."""
+        if not texts:
+            return empty_rows(self.dimension)
+        vectors = await asyncio.to_thread(self._encode, list(texts))
+        return unit_rows(vectors, self.dimension, source=self._model_name)
+
+    def _encode(self, texts: list[str]) -> Vectors:
+        session, tokenizer = self._ensure_loaded()
+        rows: list[Vectors | None] = [None] * len(texts)
+        for batch in length_batches(texts, self.batch_size):
+            for position, vector in zip(batch, _run(session, tokenizer, texts, batch), strict=True):
+                rows[position] = vector
+        return np.stack(rows)  # type: ignore[arg-type]
+
+    def _ensure_loaded(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
+        with self._lock:
+            if self._session is None or self._tokenizer is None:
+                self._session, self._tokenizer = self._load()
+            return self._session, self._tokenizer
+
+    def _load(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        started = time.perf_counter()
+        source = self._model_dir or bundled_minilm_path()
+        _check_mean_pooling(source)
+        exported = ensure_export(source, self._cache_dir, self._base_name, int8=self._int8)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self._threads or os.cpu_count() or 1
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(
+            str(exported), options, providers=["CPUExecutionProvider"]
+        )
+        tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+        tokenizer.enable_truncation(_max_tokens(source))
+        tokenizer.enable_padding()
+        width = _width(session, tokenizer)
+        if self._dimension is not None and width != self._dimension:
+            raise EmbeddingDimensionError(
+                f"{source} makes {width}-dimensional vectors; configured for {self._dimension}"
+            )
+        self._dimension = width
+        log.info(
+            "embedding_model_loaded",
+            model=self._model_name,
+            runtime="onnx",
+            source=str(exported),
+            dimension=width,
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        return session, tokenizer
+
+
+def _run(
+    session: onnxruntime.InferenceSession,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    batch: Sequence[int],
+) -> Vectors:
+    encoded = tokenizer.encode_batch([texts[i] for i in batch])
+    ids = np.array([e.ids for e in encoded], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    hidden = session.run(["last_hidden_state"], feeds)[0]
+    return mean_pool(np.asarray(hidden, dtype=np.float32), mask)
+
+
+def _width(session: onnxruntime.InferenceSession, tokenizer: Tokenizer) -> int:
+    return int(_run(session, tokenizer, ["width"], [0]).shape[1])
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _max_tokens(model_dir: Path) -> int:
+    config = _read_json(model_dir / "sentence_bert_config.json")
+    return int(config.get("max_seq_length", 256))
+
+
+def _check_mean_pooling(model_dir: Path) -> None:
+    pooling = _read_json(model_dir / "1_Pooling" / "config.json")
+    if pooling and not pooling.get("pooling_mode_mean_tokens", False):
+        raise EmbeddingError(
+            f"{model_dir} does not pool by mean: run it with MEMORYD_EMBEDDING_RUNTIME=torch"
+        )

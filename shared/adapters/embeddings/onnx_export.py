@@ -1,0 +1,119 @@
+"""Export a sentence-transformers BERT model to ONNX, once, from its local weights.
+
+Runs in a child process (``python -m memoryd.shared.adapters.embeddings.onnx_export``) so
+the serving process never imports torch: torch is needed to export, not to embed. The
+result lands in the model cache under a name derived from the weights it came from; a
+second start finds it there. ``int8`` adds ONNX Runtime's dynamic quantisation (weights
+per channel, only the matrix products with a constant side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def export_name(model_dir: Path, name: str, *, int8: bool) -> str:
+    """Return the file name of ``model_dir``'s export: its config and weights' size hashed."""
+    digest = hashlib.sha256((model_dir / "config.json").read_bytes())
+    for weights in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    suffix = "-int8" if int8 else ""
+    return f"{name}-{digest.hexdigest()[:12]}{suffix}.onnx"
+
+
+def ensure_export(model_dir: Path, cache_dir: Path, name: str, *, int8: bool) -> Path:
+    """Return the ONNX file of ``model_dir``, exporting it in a child process if missing."""
+    target = cache_dir / export_name(model_dir, name, int8=int8)
+    if target.exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", __name__, str(model_dir), str(target)]
+    if int8:
+        command.append("--int8")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not target.exists():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"exporting {model_dir} to ONNX failed: {last}")
+    return target
+
+
+def export(model_dir: Path, target: Path, *, int8: bool) -> None:
+    """Write ``model_dir``'s transformer as ONNX to ``target`` (atomically)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        plain = Path(work) / "model.onnx"
+        _export_fp32(model_dir, plain)
+        result = plain
+        if int8:
+            result = Path(work) / "model.int8.onnx"
+            _quantize(plain, Path(work), result)
+        result.replace(target)  # a concurrent exporter writes the same bytes
+
+
+def _export_fp32(model_dir: Path, target: Path) -> None:
+    import torch
+    from transformers import AutoModel
+
+    bert = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+
+    class HiddenStates(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert  # a submodule: its weights are the graph's initialisers
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    ids = torch.ones(2, 16, dtype=torch.long)
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "last_hidden_state")}
+    with torch.no_grad():
+        torch.onnx.export(
+            HiddenStates(),
+            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+            str(target),
+            input_names=list(_INPUTS),
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def _quantize(plain: Path, work: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = work / "model.pre.onnx"
+    quant_pre_process(str(plain), str(prepared), skip_symbolic_shape=True)
+    quantize_dynamic(
+        str(prepared),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        extra_options={"MatMulConstBOnly": True},
+    )
+
+
+def main() -> None:
+    """Export the model folder given on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("target", type=Path)
+    parser.add_argument("--int8", action="store_true")
+    args = parser.parse_args()
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    export(args.model_dir, args.target, int8=args.int8)
+
+
+if __name__ == "__main__":
+    main()

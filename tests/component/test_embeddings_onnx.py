@@ -1,0 +1,130 @@
+"""OnnxEmbedder on the real bundled all-MiniLM-L6-v2, against the torch model it replaces."""
+# The project style puts the expected value first; ruff's SIM300 forbids it.
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+
+from memoryd.shared.adapters.embeddings import (
+    EmbeddingError,
+    OnnxEmbedder,
+    SentenceTransformerEmbedder,
+    bundled_minilm_path,
+)
+from memoryd.shared.adapters.embeddings.onnx import default_model_cache, length_batches
+
+pytestmark = pytest.mark.model
+
+TEXTS = [
+    "I adopted a greyhound last month.",
+    "where do I live?",
+    "Yes, twice a week.",
+    "My sister works as a nurse in Lisbon and I visit her every summer. " * 3,
+    "Stocks fell sharply today after the quarterly figures came out.",
+    # Longer than the model's 256 tokens: both runtimes truncate at the same place.
+    "We talked about the budget for the trip to Kyoto, the hotel and the train. " * 30,
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_minilm() -> SentenceTransformerEmbedder:
+    """The torch model the ONNX runtime must agree with."""
+    return SentenceTransformerEmbedder(batch_size=64)
+
+
+@pytest.fixture(scope="module")
+def onnx_minilm() -> OnnxEmbedder:
+    """The fp32 export, from the machine's model cache (exported on first use)."""
+    return OnnxEmbedder()
+
+
+async def test_onnx_vectors_equal_the_torch_vectors(
+    onnx_minilm: OnnxEmbedder, torch_minilm: SentenceTransformerEmbedder
+) -> None:
+    """The default runtime is a drop-in: same model name, vectors equal to 1e-5."""
+    onnx_vectors = await onnx_minilm.embed(TEXTS)
+    torch_vectors = await torch_minilm.embed(TEXTS)
+
+    assert torch_minilm.model_name == onnx_minilm.model_name  # one cache, one index
+    np.testing.assert_allclose(torch_vectors, onnx_vectors, atol=1e-5)
+
+
+async def test_a_batch_equals_the_texts_one_by_one(onnx_minilm: OnnxEmbedder) -> None:
+    """Length-sorted batches with padding give each text the vector it gets alone."""
+    texts = [f"Turn {i}: we talked about it." + " More detail." * (i % 9) for i in range(70)]
+
+    batched = await onnx_minilm.embed(texts)
+    one_by_one = np.concatenate([await onnx_minilm.embed([text]) for text in texts])
+
+    np.testing.assert_allclose(one_by_one, batched, atol=1e-5)
+
+
+async def test_the_int8_export_is_another_model_close_to_the_original(
+    torch_minilm: SentenceTransformerEmbedder,
+) -> None:
+    """int8 has its own name (its vectors differ) and stays within ~0.99 cosine on average."""
+    quantised = OnnxEmbedder(int8=True)
+    texts = [text for text in TEXTS if text]
+
+    cosines = np.sum(await quantised.embed(texts) * await torch_minilm.embed(texts), axis=1)
+
+    assert "all-MiniLM-L6-v2-int8" == quantised.model_name
+    assert float(cosines.mean()) >= 0.98
+    assert float(cosines.min()) >= 0.9
+
+
+async def test_the_export_is_made_once_and_found_by_the_next_process() -> None:
+    """A second embedder on the same cache loads the exported file without exporting again."""
+    first = OnnxEmbedder(cache_dir=default_model_cache())
+    await first.embed(["warm"])
+    exported = sorted(default_model_cache().glob("all-MiniLM-L6-v2-*.onnx"))
+    stamps = [path.stat().st_mtime_ns for path in exported]
+
+    second = OnnxEmbedder(cache_dir=default_model_cache())
+    with capture_logs() as logs:
+        await second.embed(["again"])
+
+    assert stamps == [path.stat().st_mtime_ns for path in exported]
+    loaded = [entry for entry in logs if entry["event"] == "embedding_model_loaded"]
+    assert [str(path) for path in exported if "int8" not in path.name] == [
+        entry["source"] for entry in loaded
+    ]
+
+
+async def test_concurrent_first_calls_load_the_model_once() -> None:
+    """Calls racing on a fresh embedder share one load."""
+    embedder = OnnxEmbedder()
+
+    with capture_logs() as logs:
+        results = await asyncio.gather(*(embedder.embed([f"text {i}"]) for i in range(4)))
+
+    assert 1 == sum(entry["event"] == "embedding_model_loaded" for entry in logs)
+    assert [(1, 384)] * 4 == [result.shape for result in results]
+
+
+async def test_a_model_that_does_not_pool_by_mean_is_refused(tmp_path: Path) -> None:
+    """A CLS-pooling model would get wrong vectors here: refused, naming the torch runtime."""
+    folder = tmp_path / "cls-model"
+    shutil.copytree(bundled_minilm_path(), folder)
+    pooling = folder / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    config |= {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}
+    pooling.write_text(json.dumps(config))
+
+    with pytest.raises(EmbeddingError, match="MEMORYD_EMBEDDING_RUNTIME=torch"):
+        await OnnxEmbedder(folder, cache_dir=tmp_path / "cache").embed(["anything"])
+
+
+def test_length_batches_cover_every_text_once_shortest_first() -> None:
+    """Batches hold each position once, grouped by length."""
+    texts = ["ccc", "a", "bb", "dddd", ""]
+
+    batches = length_batches(texts, 2)
+
+    assert [[4, 1], [2, 0], [3]] == batches
