@@ -29,9 +29,11 @@ from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
+from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.service import RecallService
 from memoryd.services.recall.tiers import TierRecall
+from memoryd.services.recall.visits import RecordVisit, VisitRecorder
 from memoryd.services.runtime.consumer import PullWorker
 from memoryd.services.runtime.decisions import (
     DecisionLog,
@@ -405,14 +407,15 @@ def recall_service(
     settings: Settings,
     readers: async_sessionmaker[AsyncSession],
     retrieval: Retrieval,
-    publisher: EventPublisher,
+    record: RecordVisit,
 ) -> RecallService:
     """Return the recall service over the read models, the index and the query model."""
+    cache = ReadCache(settings.recall_cache_entries)
     retriever = HybridRetriever(
-        retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings)
+        retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
-    tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings))
-    return RecallService(readers, retriever, tiers, publisher.publish)
+    tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings), cache)
+    return RecallService(readers, retriever, tiers, record)
 
 
 def subscribe_recall(broker: NatsBroker, service: RecallService, concurrency: int) -> None:
@@ -542,7 +545,9 @@ async def start_stack(
         )
         await _start_workers(stack, readers, components)
         if "recall" in components and retrieval is not None:
-            service = recall_service(settings, readers, retrieval, publisher)
+            visits = VisitRecorder(publisher.publish, settings.recall_visit_interval_seconds)
+            exit_stack.push_async_callback(visits.close)  # after the broker stops answering
+            service = recall_service(settings, readers, retrieval, visits.add)
             subscribe_recall(broker, service, settings.recall_concurrency)
         await broker.start()
         exit_stack.push_async_callback(broker.stop)

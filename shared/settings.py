@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     # Recall keeps the vectors of recent query texts in memory (a repeated question skips the
     # model); workers' vectors go to the SQL cache instead, so replay needs no model.
     query_cache_entries: int = Field(default=10_000, ge=1)
+    # Recall appends the segments it visited as one event per user per this many seconds
+    # (0: one event per recall, which then waits for the append).
+    recall_visit_interval_seconds: float = Field(default=10.0, ge=0)
+    # Users whose segments, persona and entity counts recall keeps decoded between writes.
+    recall_cache_entries: int = Field(default=1_000, ge=1)
     # Recall requests one service process answers at once (each mostly waits on I/O).
     recall_concurrency: int = Field(default=16, ge=1)
     # Weighted reciprocal rank fusion: sum of weight / (rrf_k + rank) over the streams.

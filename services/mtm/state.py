@@ -172,16 +172,16 @@ async def fold_evicted(batch: MtmBatch, event: SegmentEvicted) -> None:
 
 
 async def fold_visited(batch: MtmBatch, event: SegmentsVisited) -> list[Segment]:
-    """Count a visit to each segment still held; return the visited segments."""
+    """Count the visits to each segment still held; return the visited segments."""
     user = await batch.user((event.scope.tenant, event.scope.user_id))
     visited = []
-    for segment_id in dict.fromkeys(event.segment_ids):
+    for segment_id, count in event.counts().items():
         segment = user.segments.get(segment_id)
         if segment is None:
             continue  # evicted since recall saw it
         updated = segment.model_copy(
             update={
-                "n_visit": segment.n_visit + 1,
+                "n_visit": segment.n_visit + count,
                 "last_visit_at": _later(segment, event.occurred_at),
             }
         )

@@ -28,7 +28,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.dates import ImpliedDate, implied_date
+from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
 from memoryd.shared.contracts.recall import (
@@ -399,11 +401,13 @@ class HybridRetriever:
         embedder: Embedder,
         sessions: async_sessionmaker[AsyncSession],
         tuning: Tuning = Tuning(),
+        cache: ReadCache | None = None,
     ) -> None:
         self._index = index
         self._embedder = embedder
         self._sessions = sessions
         self.tuning = tuning
+        self._cache = cache or ReadCache()
 
     async def retrieve(
         self, request: RecallRequest, now: datetime
@@ -453,8 +457,14 @@ class HybridRetriever:
         return dict(zip(jobs, results, strict=True))
 
     async def _mentions(self, where: ScopeFilter) -> tuple[int, dict[str, int]]:
+        # Counting every mention of the scope grows with its items: kept between graph writes.
         async with self._sessions() as session:
-            return await mention_counts(session, where)
+            return await self._cache.read(
+                session,
+                subjects.GRAPH_CONSUMER,
+                ("mentions", where),
+                lambda fresh: mention_counts(fresh, where),
+            )
 
     async def _dense(
         self,

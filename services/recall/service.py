@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tiers import TierRecall
-from memoryd.shared.contracts.events import Event
+from memoryd.services.recall.visits import RecordVisit
 from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
@@ -67,17 +67,14 @@ def with_found_memories(
     return memories, [i for i in items if i.kind != "memory" or i.memory_id in kept]
 
 
-RecordVisit = Callable[[Event], Awaitable[object]]
-
-
 @dataclass(frozen=True)
 class RecallService:
     """Answer recall requests: read-only, except the one write, which goes through the log.
 
     The answer is the caller's STM pages, the explicit memories that match (by keyword or by
     the search streams), the hybrid items and the MemoryOS context, assembled within the token
-    budget. The segments the tiers used are recorded as a ``segments.visited`` event
-    (``record``), so heat is a fold of the log.
+    budget. The segments the tiers used are handed to ``record`` (a ``VisitRecorder``: they
+    reach the log as ``segments.visited`` events), so heat is a fold of the log.
     """
 
     sessions: async_sessionmaker[AsyncSession]

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.recall.cache import ReadCache
+from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
 from memoryd.shared.contracts.memoryos import SegmentsVisited
@@ -228,9 +230,12 @@ def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[MemoryOsCon
 class TierRecall:
     """Answer the MemoryOS part of a recall from the tier read models."""
 
-    def __init__(self, embedder: Embedder, params: MemoryOsParams) -> None:
+    def __init__(
+        self, embedder: Embedder, params: MemoryOsParams, cache: ReadCache | None = None
+    ) -> None:
         self._embedder = embedder
         self._params = params
+        self._cache = cache or ReadCache()
         self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
 
     async def enrich(
@@ -244,8 +249,7 @@ class TierRecall:
         scope = request.scope
         async with sessions() as session:
             pages = await with_meta_chains(session, response.pages)
-            segments = await mtm_store.load_segments(session, scope.tenant, scope.user_id)
-            persona = await load_persona(session, (scope.tenant, scope.user_id))
+            segments, persona = await self._state(session, scope)
             query_vec = await self._query_vector(request.query, segments, persona)
             top = await self._top_segments(query_vec, request.query, segments)
             segment_pages = await load_pages(session, [entry.item.id for entry in top])
@@ -265,6 +269,23 @@ class TierRecall:
             }
         )
         return enriched, visit_of(top, scope, now)
+
+    async def _state(self, session: AsyncSession, scope: Scope) -> tuple[list[Segment], Persona]:
+        """Return the user's segments and persona, decoded once per write of their tier."""
+        user = (scope.tenant, scope.user_id)
+        segments = await self._cache.read(
+            session,
+            subjects.MTM_CONSUMER,
+            ("segments", user),
+            lambda fresh: mtm_store.load_segments(fresh, *user),
+        )
+        persona = await self._cache.read(
+            session,
+            subjects.PERSONA_CONSUMER,
+            ("persona", user),
+            lambda fresh: load_persona(fresh, user),
+        )
+        return segments, persona
 
     async def _query_vector(
         self, query: str, segments: Sequence[Segment], persona: Persona

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memoryd.shared.contracts.events import Event, OptionalText
 
@@ -86,10 +86,31 @@ class SegmentEvicted(Event):
 
 
 class SegmentsVisited(Event):
-    """Recall used these segments to answer a query (N_visit + 1 and recency for each)."""
+    """Recall used these segments (N_visit + visits and recency for each).
+
+    ``visits`` counts the recalls that used each segment since the last such event (recall
+    records visits per segment per interval, not per request); empty means one each.
+    ``occurred_at`` is the last of those visits.
+    """
 
     type: Literal["segments.visited.v1"] = "segments.visited.v1"
     segment_ids: tuple[str, ...] = Field(min_length=1)
+    visits: tuple[Annotated[int, Field(ge=1)], ...] = ()
+
+    @model_validator(mode="after")
+    def _one_count_per_segment(self) -> SegmentsVisited:
+        if self.visits and len(self.visits) != len(self.segment_ids):
+            raise ValueError("visits needs one count per segment id")
+        return self
+
+    def counts(self) -> dict[str, int]:
+        """Return the visits per segment id (without ``visits``, one per distinct id)."""
+        if not self.visits:
+            return dict.fromkeys(self.segment_ids, 1)
+        counted: dict[str, int] = {}
+        for segment_id, visits in zip(self.segment_ids, self.visits, strict=True):
+            counted[segment_id] = counted.get(segment_id, 0) + visits
+        return counted
 
 
 class LearnedFact(BaseModel):

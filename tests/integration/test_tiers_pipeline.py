@@ -43,9 +43,9 @@ FILLER = ("ok thanks", "You are welcome.")
 async def tiers(make_stack: StackFactory) -> Stack:
     """Return a stack with the paper's MTM parameters whose STM keeps one page.
 
-    So every next turn files a page.
+    So every next turn files a page; each recall appends its visit at once.
     """
-    return await make_stack(changes={"stm_capacity": 1})
+    return await make_stack(changes={"stm_capacity": 1, "recall_visit_interval_seconds": 0})
 
 
 @pytest.fixture
@@ -118,6 +118,28 @@ async def test_a_hot_segment_is_promoted_exactly_once(
     assert 2 == len(visits)
     assert 1 == len([p for p in promoted if p.scope.user_id == scope.user_id])
     assert 2 == promoted[0].visits_at_promotion
+
+
+async def test_visits_reach_the_log_as_one_event_per_interval(make_stack: StackFactory) -> None:
+    """Three recalls within the interval append one event counting three visits."""
+    stack = await make_stack(changes={"stm_capacity": 1, "recall_visit_interval_seconds": 1.0})
+    scope = new_scope()
+    async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as client:
+        await play(client, scope, [*BREAD[:3], FILLER])
+        answers = [await client.recall(scope, "sourdough bread dough") for _ in range(3)]
+        appended_at_once = [
+            v for v in await logged(stack, SegmentsVisited) if v.scope.user_id == scope.user_id
+        ]
+        await asyncio.sleep(1.5)  # the interval passes; no assertion on timing
+        await client.wait_until_applied(timeout=60)
+        after = await client.recall(scope, "sourdough bread dough")
+
+    visits = [v for v in await logged(stack, SegmentsVisited) if v.scope.user_id == scope.user_id]
+    segment = answers[0].memoryos.segments[0].segment_id
+    assert [] == appended_at_once
+    assert 1 == len(visits)
+    assert 3 == visits[0].counts()[segment]
+    assert answers[-1].memoryos.segments[0].heat < after.memoryos.segments[0].heat
 
 
 async def test_the_coldest_segment_is_evicted_at_capacity(make_stack: StackFactory) -> None:

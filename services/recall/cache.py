@@ -1,0 +1,59 @@
+"""Per-scope state recall reads on every request, kept while its writer stands still.
+
+A user's segments, persona and entity counts change only when their projection applies a
+batch, and that projection's tracking row then moves. So recall reads the (one-row)
+position first and the state only when the position moved: between writes, a request
+costs one indexed lookup instead of decoding every segment or counting every mention.
+The position is read before the state, so a value is never filed under a newer position
+than the one it was read at (at worst a fresh value sits under an older one: reloaded).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memoryd.shared.adapters.sql import tracking
+
+T = TypeVar("T")
+
+
+class ReadCache:
+    """Values keyed by (consumer, key), each valid at the consumer's position it was read at."""
+
+    def __init__(self, max_entries: int = 1_000) -> None:
+        """Hold at most ``max_entries`` values, dropping the least recently used."""
+        self._max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, Hashable], tuple[int, Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Return how many values are held."""
+        return len(self._entries)
+
+    async def read(
+        self,
+        session: AsyncSession,
+        consumer: str,
+        key: Hashable,
+        load: Callable[[AsyncSession], Awaitable[T]],
+    ) -> T:
+        """Return ``load(session)``'s value, from memory if ``consumer`` has not moved since."""
+        position = await tracking.position(session, consumer)
+        slot = (consumer, key)
+        held = self._entries.get(slot)
+        if held is not None and held[0] == position:
+            self._entries.move_to_end(slot)
+            value: T = held[1]
+            return value
+        fresh = await load(session)
+        self._keep(slot, position, fresh)
+        return fresh
+
+    def _keep(self, slot: tuple[str, Hashable], position: int, value: object) -> None:
+        self._entries[slot] = (position, value)
+        self._entries.move_to_end(slot)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
