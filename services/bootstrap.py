@@ -29,6 +29,7 @@ from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
+from memoryd.services.recall.admission import Admission
 from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.service import RecallService
@@ -415,14 +416,16 @@ def recall_service(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
     tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings), cache)
-    return RecallService(readers, retriever, tiers, record)
+    admission = Admission(settings.recall_concurrency, settings.recall_backlog)
+    return RecallService(readers, retriever, tiers, record, admission)
 
 
-def subscribe_recall(broker: NatsBroker, service: RecallService, concurrency: int) -> None:
+def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     """Attach the recall request-reply handler (a queue group, so replicas share the load).
 
-    A NATS subscriber handles one message at a time unless given workers; recall mostly
-    waits (SQL, the index, the model), so ``concurrency`` requests are answered at once.
+    A NATS subscriber handles one message at a time unless given workers: it gets as many
+    as the service admits (running and queued), so a request past that is read at once and
+    refused ``overloaded`` rather than left unread until its caller gives up.
     """
 
     async def recall(body: Any) -> bytes:
@@ -432,7 +435,7 @@ def subscribe_recall(broker: NatsBroker, service: RecallService, concurrency: in
         subjects.RECALL_SUBJECT,
         queue=subjects.RECALL_QUEUE,
         decoder=_raw_bodies,
-        max_workers=concurrency,
+        max_workers=service.admission.capacity + 1,
     )(recall)
 
 
@@ -548,7 +551,7 @@ async def start_stack(
             visits = VisitRecorder(publisher.publish, settings.recall_visit_interval_seconds)
             exit_stack.push_async_callback(visits.close)  # after the broker stops answering
             service = recall_service(settings, readers, retrieval, visits.add)
-            subscribe_recall(broker, service, settings.recall_concurrency)
+            subscribe_recall(broker, service)
         await broker.start()
         exit_stack.push_async_callback(broker.stop)
     except BaseException:

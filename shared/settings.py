@@ -73,8 +73,10 @@ class Settings(BaseSettings):
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)
     # Users whose segments, persona and entity counts recall keeps decoded between writes.
     recall_cache_entries: int = Field(default=1_000, ge=1)
-    # Recall requests one service process answers at once (each mostly waits on I/O).
+    # Recall requests one service process answers at once (each mostly waits on I/O), and
+    # how many more may wait for a worker; past both, a request is refused ``overloaded``.
     recall_concurrency: int = Field(default=16, ge=1)
+    recall_backlog: int = Field(default=256, ge=0)
     # Weighted reciprocal rank fusion: sum of weight / (rrf_k + rank) over the streams.
     rrf_k: int = Field(default=60, ge=1)
     weight_bm25: float = Field(default=1.0, ge=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.recall.admission import Admission, DeadlinePassed
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.recall.visits import RecordVisit
@@ -19,6 +20,7 @@ from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
     RecallError,
+    RecallErrorCode,
     RecallRequest,
     RecallResponse,
     RetrievedItem,
@@ -28,6 +30,17 @@ from memoryd.shared.stores import memories as memories_store
 from memoryd.shared.stores import stm as stm_store
 
 log = structlog.get_logger(__name__)
+
+
+def seconds_left(request: RecallRequest, now: datetime) -> float | None:
+    """Return the seconds until the request's deadline (None: it set none)."""
+    if request.deadline is None:
+        return None
+    return (request.deadline - now).total_seconds()
+
+
+def _error(code: RecallErrorCode, message: str) -> bytes:
+    return RecallError(code=code, message=message).model_dump_json().encode()
 
 
 def rank_memories(query: str, rows: Sequence[Mapping[str, Any]], limit: int) -> list[MemoryItem]:
@@ -81,19 +94,31 @@ class RecallService:
     retriever: HybridRetriever
     tiers: TierRecall
     record: RecordVisit
+    admission: Admission = field(default_factory=lambda: Admission(16, 64))
 
     async def handle(self, body: bytes) -> bytes:
-        """Decode a request, answer it, and encode the reply (an error reply for bad input)."""
+        """Decode a request, answer it, and encode the reply (an error reply for bad input).
+
+        Past capacity the reply is ``overloaded`` at once; a request whose deadline passes
+        before a worker takes it is answered ``deadline_exceeded`` without being worked on.
+        """
         try:
             request = RecallRequest.model_validate_json(body)
         except ValidationError as error:
-            invalid = RecallError(code="invalid_request", message=str(error))
-            return invalid.model_dump_json().encode()
+            return _error("invalid_request", str(error))
+        wait = seconds_left(request, datetime.now(UTC))
+        if wait is not None and wait <= 0:
+            return _error("deadline_exceeded", "the request's deadline passed before it was read")
+        if not self.admission.has_room():
+            return _error("overloaded", "recall is at capacity; retry later or on a replica")
         try:
-            reply: RecallResponse | RecallError = await self.answer(request, datetime.now(UTC))
+            async with self.admission.slot(wait):
+                reply = await self.answer(request, datetime.now(UTC))
+        except DeadlinePassed:
+            return _error("deadline_exceeded", "the request's deadline passed in the queue")
         except Exception:
             log.exception("recall_failed", tenant=request.scope.tenant)
-            reply = RecallError(code="internal", message="recall failed; see the service log")
+            return _error("internal", "recall failed; see the service log")
         return reply.model_dump_json().encode()
 
     async def answer(self, request: RecallRequest, now: datetime) -> RecallResponse:

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
@@ -48,6 +48,16 @@ class RecallFailed(Exception):
     def __init__(self, error: RecallError) -> None:
         super().__init__(f"{error.code}: {error.message}")
         self.error = error
+
+
+class RecallOverloaded(RecallFailed):
+    """The recall service is at capacity and refused the request at once: back off, retry."""
+
+
+def _failure(error: RecallError) -> RecallFailed:
+    if error.code == "overloaded":
+        return RecallOverloaded(error)
+    return RecallFailed(error)
 
 
 def _now() -> datetime:
@@ -223,7 +233,10 @@ class MemoryClient:
 
         ``options`` are the request's hybrid-retrieval fields: ``filters``, ``weights``,
         ``rrf_k``, ``max_per_session``, ``min_score``, ``explain``, ``include_pages``.
+        The request carries ``timeout`` as its deadline, so the service drops it unworked
+        once this call has given up; at capacity it raises ``RecallOverloaded`` at once.
         """
+        options.setdefault("deadline", _now() + timedelta(seconds=timeout))
         request = RecallRequest(
             scope=scope,
             query=query,
@@ -239,7 +252,7 @@ class MemoryClient:
         reply = await self._nc.request(subjects.RECALL_SUBJECT, payload, timeout=timeout)
         answer = _reply_adapter.validate_json(reply.data)
         if isinstance(answer, RecallError):
-            raise RecallFailed(answer)
+            raise _failure(answer)
         return answer
 
     @asynccontextmanager

@@ -205,6 +205,10 @@ class RecallRequest(BaseModel):
     # "Now" for this request (default: the service clock): relative dates in the query ("two
     # weeks ago") and decay are reckoned from it, e.g. when an agent replays a past dialogue.
     as_of: AwareDatetime | None = None
+    # The caller stops waiting at this instant (the SDK sets it from its timeout): a request
+    # still queued then is dropped unworked and answered ``deadline_exceeded``. It assumes the
+    # caller's clock and the service's agree (NTP); leave it unset to wait however long.
+    deadline: AwareDatetime | None = None
 
 
 class PageItem(BaseModel):
@@ -266,13 +270,16 @@ class RecallResponse(BaseModel):
     memoryos: MemoryOsContext = MemoryOsContext()  # the MemoryOS tiers
 
 
+RecallErrorCode = Literal["invalid_request", "internal", "overloaded", "deadline_exceeded"]
+
+
 class RecallError(BaseModel):
     """A request the service could not answer, with the reason."""
 
     model_config = ConfigDict(frozen=True)
 
     ok: Literal[False] = False
-    code: Literal["invalid_request", "internal"]
+    code: RecallErrorCode
     message: str
 
 
