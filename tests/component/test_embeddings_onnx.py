@@ -16,7 +16,7 @@ from memoryd.shared.adapters.embeddings import (
     SentenceTransformerEmbedder,
     bundled_minilm_path,
 )
-from memoryd.shared.adapters.embeddings.onnx import default_model_cache, length_batches
+from memoryd.shared.adapters.embeddings.onnx import default_model_cache, padded, token_batches
 
 pytestmark = pytest.mark.model
 
@@ -121,10 +121,19 @@ async def test_a_model_that_does_not_pool_by_mean_is_refused(tmp_path: Path) -> 
         await OnnxEmbedder(folder, cache_dir=tmp_path / "cache").embed(["anything"])
 
 
-def test_length_batches_cover_every_text_once_shortest_first() -> None:
-    """Batches hold each position once, grouped by length."""
-    texts = ["ccc", "a", "bb", "dddd", ""]
+def test_token_batches_cover_every_text_once_within_the_budget() -> None:
+    """Shortest first; a batch never pads past the budget; long texts go in small batches."""
+    lengths = [3, 1, 2, 4, 1, 8, 8]
 
-    batches = length_batches(texts, 2)
+    batches = token_batches(lengths, max_tokens=8)
 
-    assert [[4, 1], [2, 0], [3]] == batches
+    assert [[1, 4, 2], [0, 3], [5], [6]] == batches
+    assert all(len(b) * max(lengths[i] for i in b) <= 8 for b in batches)
+
+
+def test_padded_rows_and_their_mask() -> None:
+    """Rows are right-padded with 0 to the longest; the mask marks the real tokens."""
+    ids, mask = padded([[5, 6, 7], [9]])
+
+    assert [[5, 6, 7], [9, 0, 0]] == ids.tolist()
+    assert [[1, 1, 1], [1, 0, 0]] == mask.tolist()

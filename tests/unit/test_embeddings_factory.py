@@ -13,13 +13,13 @@ from memoryd.shared.adapters.embeddings import (
 
 def test_local_kind_builds_minilm_on_onnx_runtime_without_loading_it() -> None:
     """The local kind is the bundled MiniLM, 384 wide, on ONNX Runtime by default."""
-    embedder = build_embedder("local", batch_size=16)
+    embedder = build_embedder("local", batch_tokens=1024)
 
     assert isinstance(embedder, OnnxEmbedder)
-    assert ("all-MiniLM-L6-v2", 384, 16, False) == (
+    assert ("all-MiniLM-L6-v2", 384, 1024, False) == (
         embedder.model_name,
         embedder.dimension,
-        embedder.batch_size,
+        embedder.batch_tokens,
         embedder.loaded,
     )
 

@@ -50,10 +50,32 @@ def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> V
     return pooled
 
 
-def length_batches(texts: Sequence[str], size: int) -> list[list[int]]:
-    """Group text positions into batches of similar length (less padding per batch)."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    return [order[start : start + size] for start in range(0, len(order), size)]
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group positions, shortest first, so no batch pads to more than ``max_tokens`` tokens.
+
+    Similar lengths share a batch (little padding), and a batch of long texts holds fewer
+    of them: the attention buffers, which grow with batch x length squared, stay bounded.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for position in order:
+        longest = lengths[position]  # the longest so far: the order is ascending
+        if batches and (len(batches[-1]) + 1) * longest <= max_tokens:
+            batches[-1].append(position)
+        else:
+            batches.append([position])
+    return batches
+
+
+def padded(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Return token ids right-padded with 0 to the longest row, and the attention mask."""
+    width = max(len(row) for row in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for n, row in enumerate(rows):
+        ids[n, : len(row)] = row
+        mask[n, : len(row)] = 1
+    return ids, mask
 
 
 class OnnxEmbedder:
@@ -65,17 +87,20 @@ class OnnxEmbedder:
         *,
         int8: bool = False,
         threads: int | None = None,
-        batch_size: int = 32,
+        batch_tokens: int = 4_096,
         cache_dir: Path | None = None,
     ) -> None:
-        """Use the bundled MiniLM or the model folder ``model``; ``threads`` per call."""
+        """Use the bundled MiniLM or the model folder ``model``; ``threads`` per call.
+
+        A model call gets at most ``batch_tokens`` tokens, padding included.
+        """
         self._model_dir = Path(model) if model is not None else None
         self._base_name = MINILM_NAME if model is None else Path(model).name
         self._model_name = self._base_name + (INT8_SUFFIX if int8 else "")
         self._dimension: int | None = MINILM_DIMENSION if model is None else None
         self._int8 = int8
         self._threads = threads
-        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self._cache_dir = cache_dir or default_model_cache()
         self._lock = threading.Lock()  # the first calls race to load; one loads
         self._session: onnxruntime.InferenceSession | None = None
@@ -108,9 +133,11 @@ class OnnxEmbedder:
 
     def _encode(self, texts: list[str]) -> Vectors:
         session, tokenizer = self._ensure_loaded()
+        tokens = [encoding.ids for encoding in tokenizer.encode_batch(texts)]
         rows: list[Vectors | None] = [None] * len(texts)
-        for batch in length_batches(texts, self.batch_size):
-            for position, vector in zip(batch, _run(session, tokenizer, texts, batch), strict=True):
+        for batch in token_batches([len(row) for row in tokens], self.batch_tokens):
+            vectors = _run(session, [tokens[i] for i in batch])
+            for position, vector in zip(batch, vectors, strict=True):
                 rows[position] = vector
         return np.stack(rows)  # type: ignore[arg-type]
 
@@ -136,7 +163,7 @@ class OnnxEmbedder:
         )
         tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
         tokenizer.enable_truncation(_max_tokens(source))
-        tokenizer.enable_padding()
+        tokenizer.no_padding()  # tokenizer.json may set padding; batches pad themselves
         width = _width(session, tokenizer)
         if self._dimension is not None and width != self._dimension:
             raise EmbeddingDimensionError(
@@ -154,22 +181,15 @@ class OnnxEmbedder:
         return session, tokenizer
 
 
-def _run(
-    session: onnxruntime.InferenceSession,
-    tokenizer: Tokenizer,
-    texts: Sequence[str],
-    batch: Sequence[int],
-) -> Vectors:
-    encoded = tokenizer.encode_batch([texts[i] for i in batch])
-    ids = np.array([e.ids for e in encoded], dtype=np.int64)
-    mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+def _run(session: onnxruntime.InferenceSession, rows: Sequence[Sequence[int]]) -> Vectors:
+    ids, mask = padded(rows)
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
     hidden = session.run(["last_hidden_state"], feeds)[0]
     return mean_pool(np.asarray(hidden, dtype=np.float32), mask)
 
 
 def _width(session: onnxruntime.InferenceSession, tokenizer: Tokenizer) -> int:
-    return int(_run(session, tokenizer, ["width"], [0]).shape[1])
+    return int(_run(session, [tokenizer.encode("width").ids]).shape[1])
 
 
 def _read_json(path: Path) -> dict[str, Any]:
