@@ -139,15 +139,17 @@ def test_demo_says_which_running_memoryd_it_plays_into(tmp_path: Path) -> None:
 
 
 # --- embeddings that cannot work ------------------------------------------------------
-BLOCK_SENTENCE_TRANSFORMERS = """
+BLOCK_MODULE = """
 import importlib.abc
 import sys
+
+BLOCKED = {module!r}
 
 
 class _Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "sentence_transformers" or name.startswith("sentence_transformers."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name == BLOCKED or name.startswith(BLOCKED + "."):
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
 
@@ -184,15 +186,20 @@ def _refused_at_start(env: dict[str, str], tmp_path: Path) -> str:
     return last
 
 
-def test_up_without_the_local_extra_refuses_to_start(tmp_path: Path) -> None:
-    """Without sentence-transformers `memoryd up` refuses at once, naming memoryd[local]."""
+@pytest.mark.parametrize(
+    ("runtime", "module"), [("onnx", "onnxruntime"), ("torch", "sentence_transformers")]
+)
+def test_up_without_the_local_extra_refuses_to_start(
+    tmp_path: Path, runtime: str, module: str
+) -> None:
+    """Without the runtime's package `memoryd up` refuses at once, naming memoryd[local]."""
     blocker = tmp_path / "blocker"
     blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(BLOCK_SENTENCE_TRANSFORMERS)
-    env = _env(tmp_path, PYTHONPATH=str(blocker))
+    (blocker / "sitecustomize.py").write_text(BLOCK_MODULE.format(module=module))
+    env = _env(tmp_path, PYTHONPATH=str(blocker), MEMORYD_EMBEDDING_RUNTIME=runtime)
     line = _refused_at_start(env, tmp_path)
     assert "memoryd[local]" in line
-    assert "sentence_transformers" in line
+    assert module in line
 
 
 async def test_up_with_an_index_of_another_width_refuses_to_start(tmp_path: Path) -> None:
