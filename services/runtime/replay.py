@@ -132,15 +132,22 @@ async def fold(
     events: Sequence[Positioned],
     targets: dict[str, int],
     batch_size: int = 1_000,
-) -> None:
-    """Fold ``events`` into each projection up to its target sequence, publishing nothing."""
+) -> dict[str, float]:
+    """Fold ``events`` into each projection up to its target sequence, publishing nothing.
+
+    Return the seconds each projection took.
+    """
+    seconds: dict[str, float] = {}
     for projection in projections:
+        started = time.perf_counter()
         target = targets[projection.consumer]
         mine = [item for item in events if item.sequence <= target]
         for start in range(0, len(mine), batch_size):
             await apply_once(sessions, projection, mine[start : start + batch_size], None)
         async with sessions() as session, session.begin():
             await tracking.advance(session, projection.consumer, target)
+        seconds[projection.consumer] = round(time.perf_counter() - started, 3)
+    return seconds
 
 
 async def replay(
@@ -157,9 +164,11 @@ async def replay(
     started = time.perf_counter()
     events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
     await drop_owned(engine, sessions, projections)
-    await fold(sessions, projections, events, targets, batch_size)
+    folded = await fold(sessions, projections, events, targets, batch_size)
     seconds = time.perf_counter() - started
     checksums = await read_model_checksums(engine, owned_tables(projections))
-    log.info("replayed", events=len(events), seconds=round(seconds, 3), targets=targets)
+    log.info(
+        "replayed", events=len(events), seconds=round(seconds, 3), targets=targets, folds=folded
+    )
     by_type = Counter(event_type_name(item.event) for item in events)
     return ReplayReport(len(events), by_type, seconds, targets, checksums)
