@@ -116,20 +116,23 @@ async def ask(
             event_id=str(cause.event_id),
             reason=failure.reason,
         )
-        name = f"llm.failed:{step}:{part}" if part else f"llm.failed:{step}"
-        await decisions.record(
-            LlmStepFailed(
-                event_id=derived_id(cause.event_id, name),
-                occurred_at=cause.occurred_at,
-                scope=cause.scope,
-                cause_event_id=cause.event_id,
-                step=step,
-                reason=failure.reason[:2_000],
-                attempts=failure.attempts,
-                fallback=FALLBACK,
-            )
-        )
+        await decisions.record(step_failed(step, cause, failure, part))
         return await fallback()
+
+
+def step_failed(step: str, cause: Event, failure: LlmFailure, part: str = "") -> LlmStepFailed:
+    """Return the record of a failed LLM step, answered by the offline extractor."""
+    name = f"llm.failed:{step}:{part}" if part else f"llm.failed:{step}"
+    return LlmStepFailed(
+        event_id=derived_id(cause.event_id, name),
+        occurred_at=cause.occurred_at,
+        scope=cause.scope,
+        cause_event_id=cause.event_id,
+        step=step,
+        reason=failure.reason[:2_000],
+        attempts=failure.attempts,
+        fallback=FALLBACK,
+    )
 
 
 class NoDecisions:

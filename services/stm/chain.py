@@ -51,6 +51,26 @@ def chain_pages(rows: Sequence[dict[str, Any]], linked: bool) -> list[PageText]:
     return [PageText(query=r["query"], response=r["response"]) for r in rows[max(start, 0) :]]
 
 
+def previous_page(rows: Sequence[dict[str, Any]]) -> PageText | None:
+    """Return the page before the newest row's (None: the newest is the first)."""
+    if len(rows) < 2:
+        return None
+    return PageText(query=rows[-2]["query"], response=rows[-2]["response"])
+
+
+def chained(turn: TurnRecorded, linked: bool, summary: str, decided_by: str) -> PageChained:
+    """Return the decision on a turn's page: whether it continues the chain, and its summary."""
+    return PageChained(
+        event_id=derived_id(turn.event_id, "page.chained"),
+        occurred_at=turn.occurred_at,
+        scope=turn.scope,
+        turn_id=turn.event_id,
+        linked=linked,
+        meta_chain=summary,
+        decided_by=decided_by,
+    )
+
+
 @dataclass
 class ChainBatch:
     """The chain rows of the conversations a batch touches, oldest first."""
@@ -130,11 +150,7 @@ class ChainProjection:
 
     async def _decide(self, rows: list[dict[str, Any]], turn: TurnRecorded) -> PageChained:
         page = PageText(query=turn.query, response=turn.response)
-        previous = (
-            PageText(query=rows[-2]["query"], response=rows[-2]["response"])
-            if len(rows) > 1
-            else None
-        )
+        previous = previous_page(rows)
         verdict = await ask(
             "check_continuity",
             turn,
@@ -142,7 +158,8 @@ class ChainProjection:
             lambda: self._offline.check_continuity(previous, page),
             self._decisions,
         )
-        pages = chain_pages(rows, verdict.linked and previous is not None)
+        linked = verdict.linked and previous is not None
+        pages = chain_pages(rows, linked)
         summary = await ask(
             "summarise_chain",
             turn,
@@ -150,14 +167,4 @@ class ChainProjection:
             lambda: self._offline.summarise_chain(pages),
             self._decisions,
         )
-        return await self._decisions.record(
-            PageChained(
-                event_id=derived_id(turn.event_id, "page.chained"),
-                occurred_at=turn.occurred_at,
-                scope=turn.scope,
-                turn_id=turn.event_id,
-                linked=verdict.linked and previous is not None,
-                meta_chain=summary,
-                decided_by=self._llm.name,
-            )
-        )
+        return await self._decisions.record(chained(turn, linked, summary, self._llm.name))
