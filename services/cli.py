@@ -245,7 +245,11 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pipeline.add_argument("--recalls", type=int, default=2_000)
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
-    retrieval = bench_sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
+    _add_bench_retrieval(bench_sub)
+
+
+def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    retrieval = sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
     retrieval.add_argument("--data", type=Path, default=Path("../shared/bench"))
     retrieval.add_argument("--out", type=Path, default=Path("bench/results"))
     retrieval.add_argument("--cache", type=Path, default=Path("bench/cache/embeddings.db"))

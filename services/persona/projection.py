@@ -19,7 +19,7 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
 from memoryd.shared.adapters.llm import PersonaExtraction as Extraction
-from memoryd.shared.contracts.events import derived_id
+from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
 from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import MemoryOsParams, decode_vector, encode_vector
@@ -127,12 +127,8 @@ class PersonaProjection:
         extractions: list[PersonaExtracted] = []
         effects = Effects()
         for item in batch:
-            event = item.event
-            if live and isinstance(event, SegmentPromoted):
-                extracted = await self._extract(event)
-            elif not live and isinstance(event, PersonaExtracted):
-                extracted = event
-            else:
+            extracted = await self._extraction_of(item.event, live)
+            if extracted is None:
                 continue
             key = (extracted.scope.tenant, extracted.scope.user_id)
             if key not in personas:
@@ -145,6 +141,14 @@ class PersonaProjection:
                 )
         await store.save(session, personas, extractions)
         return effects
+
+    async def _extraction_of(self, event: Event, live: bool) -> PersonaExtracted | None:
+        """Decide on a promotion (live), take a recorded extraction (replay); else None."""
+        if live and isinstance(event, SegmentPromoted):
+            return await self._extract(event)
+        if not live and isinstance(event, PersonaExtracted):
+            return event
+        return None
 
     async def _extract(self, promoted: SegmentPromoted) -> PersonaExtracted:
         pages = [PageText(query=p.query, response=p.response) for p in promoted.pages]

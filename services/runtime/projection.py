@@ -287,7 +287,7 @@ class ProjectionRunner:
             effects = Effects()
             for entry, item in items:
                 effects.extend(await self._apply_single(entry, item))
-            await apply_once(self._sessions, self.projection, [], None, through=through)
+            await self._advance(through)
         await self._notify(effects.notifications)
 
     async def _apply_single(self, entry: LogEntry, item: Positioned) -> Effects:
@@ -313,14 +313,16 @@ class ProjectionRunner:
                 )
                 if attempts >= self._max_attempts:
                     await self._park(entry, f"apply failed after {attempts} attempts: {error!r}")
-                    await apply_once(
-                        self._sessions, self.projection, [], None, through=entry.sequence
-                    )
+                    await self._advance(entry.sequence)
                     return Effects()
                 attempts += 1
                 if entry.msg is not None:
                     await entry.msg.in_progress()
                 await asyncio.sleep(self._retry_delay * 2 ** (attempts - 2))
+
+    async def _advance(self, through: int) -> None:
+        """Move the position to ``through``, applying nothing (those messages are handled)."""
+        await apply_once(self._sessions, self.projection, [], None, through=through)
 
     async def _park(self, entry: LogEntry, reason: str) -> None:
         self._log.warning(
