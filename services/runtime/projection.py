@@ -22,9 +22,9 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter
+from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
 from memoryd.shared.adapters.sql import ledger, tracking
-from memoryd.shared.contracts.catalog import AnyEvent, decode_event, event_type_name
+from memoryd.shared.contracts.catalog import AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.notifications import MemoryUpdated
@@ -101,7 +101,7 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
         event = decode_event(data)
     except ValidationError as error:
         raise DeadLetter(f"invalid event: {describe_validation_error(error)}") from error
-    expected = subjects.event_subject(event.scope, event_type_name(event))
+    expected = subject_of(event)
     if subject != expected:
         raise DeadLetter(f"subject {subject!r} does not match the event (expected {expected!r})")
     return event

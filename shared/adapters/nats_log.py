@@ -29,6 +29,16 @@ class NatsUnavailable(StartupError, ConnectionError):
     """No NATS server answered at the URL in time."""
 
 
+def subject_of(event: Event) -> str:
+    """Return the subject an event is published on (its scope and its type)."""
+    return subjects.event_subject(event.scope, event_type_name(event))
+
+
+def msg_id(event: Event) -> dict[str, str]:
+    """Return the headers that make the stream store an event once: its id as Nats-Msg-Id."""
+    return {MSG_ID: str(event.event_id)}
+
+
 def server_list(url: str) -> list[str]:
     """Split a comma-separated NATS URL list (a cluster's seed servers)."""
     return [part.strip() for part in url.split(",") if part.strip()]
@@ -196,11 +206,11 @@ class EventPublisher:
     async def _send(self, event: Event, timeout: float) -> int:
         """Publish once; return the stream sequence the acknowledgement names."""
         ack = await self._js.publish(
-            subjects.event_subject(event.scope, event_type_name(event)),
+            subject_of(event),
             encode_event(event),
             timeout=timeout,
             stream=self._stream,
-            headers={MSG_ID: str(event.event_id)},
+            headers=msg_id(event),
         )
         return ack.seq
 
@@ -213,10 +223,7 @@ class EventPublisher:
         batch = list(events)
         futures = [
             await self._js.publish_async(
-                subjects.event_subject(event.scope, event_type_name(event)),
-                encode_event(event),
-                stream=self._stream,
-                headers={MSG_ID: str(event.event_id)},
+                subject_of(event), encode_event(event), stream=self._stream, headers=msg_id(event)
             )
             for event in batch
         ]
