@@ -39,6 +39,8 @@ from memoryd.services.runtime.decisions import (
     NoDecisions,
 )
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.runtime.replay import ReplayReport
+from memoryd.services.runtime.replay import replay as replay_log
 from memoryd.services.runtime.scratch import open_scratch
 from memoryd.services.runtime.verify import Scratch, VerifyReport, verify
 from memoryd.services.stm.chain import ChainProjection
@@ -118,6 +120,16 @@ class Stack:
         """Stop the projection workers (replay needs them stopped); recall keeps answering."""
         for worker in self.workers:
             await worker.stop()
+
+    async def replay(self, components: Sequence[Component] = ALL_COMPONENTS) -> ReplayReport:
+        """Drop the components' read models and fold the whole log into them again.
+
+        Run it with the workers stopped: it rebuilds what they write.
+        """
+        projections = build_projections(self.settings, components, await self.retrieval_resources())
+        return await replay_log(
+            self.js, self.settings.stream_name, self.engine, self.sessions, projections
+        )
 
     async def verify(self) -> VerifyReport:
         """Fold the log into scratch storage and compare it with this stack's read models.

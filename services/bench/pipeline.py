@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.services.bench.embedded import embedded_nats
-from memoryd.services.bootstrap import Component, Stack, build_projections, start_stack
-from memoryd.services.runtime.replay import ReplayReport, replay
+from memoryd.services.bootstrap import Component, Stack, start_stack
+from memoryd.services.runtime.replay import ReplayReport
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Category, MemoryRemembered, Scope, TurnRecorded
@@ -169,7 +169,7 @@ async def _measure(
     applied = await _apply_and_recall(
         settings, client, users, rng, recalls=recalls, concurrency=concurrency
     )
-    replayed = await _replay(settings, admin)
+    replayed = await admin.replay(("stm", "memories", "indexer", "graph"))
     await client.close()
     await admin.stop()
     return pipeline_figures(events, len(memories), append_s, applied, replayed)
@@ -209,13 +209,6 @@ async def _caught_up(
     started = time.perf_counter()
     await client.wait_until_applied(timeout=timeout, consumers=list(workers.runners))
     return workers, time.perf_counter() - started
-
-
-async def _replay(settings: Settings, admin: Stack) -> ReplayReport:
-    """Fold the whole log again into STM, memories, the index and the graph."""
-    components: tuple[Component, ...] = ("stm", "memories", "indexer", "graph")
-    projections = build_projections(settings, components, await admin.retrieval_resources())
-    return await replay(admin.js, settings.stream_name, admin.engine, admin.sessions, projections)
 
 
 def pipeline_figures(
