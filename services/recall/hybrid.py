@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -130,15 +131,15 @@ def scope_filter(request: RecallRequest) -> ScopeFilter | None:
         agent_id=scope.agent_id if wide is SearchScope.AGENT else None,
         session_id=scope.session_id if wide is SearchScope.SESSION else None,
         kinds=filters.kinds if filters else None,
-        categories=tuple(c.value for c in filters.categories)
-        if filters and filters.categories
-        else None,
-        memory_types=tuple(t.value for t in filters.memory_types)
-        if filters and filters.memory_types
-        else None,
+        categories=_values(filters.categories) if filters else None,
+        memory_types=_values(filters.memory_types) if filters else None,
         occurred_after=_epoch(filters.occurred_after) if filters else None,
         occurred_before=_epoch(filters.occurred_before) if filters else None,
     )
+
+
+def _values(members: Sequence[Enum] | None) -> tuple[str, ...] | None:
+    return tuple(member.value for member in members) if members else None
 
 
 def _epoch(when: datetime | None) -> float | None:
@@ -308,15 +309,20 @@ def key_scores(
     )
     if priors.date is not None and priors.date_weight > 0:
         near = date_ranking(found.keys, priors.date)
-        for point, place in near.items():
-            scores[point] += priors.date_weight / (k + place)
-        best += priors.date_weight / (k + 1) if near else 0.0
+        best += _add_prior(scores, near, priors.date_weight, k)
     if priors.speaker_bonus > 0:
-        named = [p for p, key in found.keys.items() if names_speaker(priors.query, key.speaker)]
-        for point in named:
-            scores[point] += priors.speaker_bonus / (k + 1)
-        best += priors.speaker_bonus / (k + 1) if named else 0.0
+        named = {p: 1 for p, key in found.keys.items() if names_speaker(priors.query, key.speaker)}
+        best += _add_prior(scores, named, priors.speaker_bonus, k)
     return dict(scores), best or 1.0
+
+
+def _add_prior(
+    scores: dict[uuid.UUID, float], places: Mapping[uuid.UUID, int], weight: float, k: int
+) -> float:
+    """Add ``weight / (k + place)`` to each placed key's score; return what the best can gain."""
+    for point, place in places.items():
+        scores[point] += weight / (k + place)
+    return weight / (k + 1) if places else 0.0
 
 
 def item_scores(

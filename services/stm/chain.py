@@ -9,7 +9,7 @@ are kept for the last ``capacity`` pages of each conversation, like the STM FIFO
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,21 +41,26 @@ def chain_row(turn: TurnRecorded, sequence: int) -> dict[str, Any]:
     }
 
 
+def row_page(row: Mapping[str, Any]) -> PageText:
+    """Return a chain row's page as the LLM reads it."""
+    return PageText(query=row["query"], response=row["response"])
+
+
 def chain_pages(rows: Sequence[dict[str, Any]], linked: bool) -> list[PageText]:
     """Return the pages of the newest row's chain: it and the linked rows before it."""
     if not linked:
-        return [PageText(query=rows[-1]["query"], response=rows[-1]["response"])]
+        return [row_page(rows[-1])]
     start = len(rows) - 2
     while start > 0 and rows[start]["linked"]:
         start -= 1
-    return [PageText(query=r["query"], response=r["response"]) for r in rows[max(start, 0) :]]
+    return [row_page(row) for row in rows[max(start, 0) :]]
 
 
 def previous_page(rows: Sequence[dict[str, Any]]) -> PageText | None:
     """Return the page before the newest row's (None: the newest is the first)."""
     if len(rows) < 2:
         return None
-    return PageText(query=rows[-2]["query"], response=rows[-2]["response"])
+    return row_page(rows[-2])
 
 
 def chained(turn: TurnRecorded, linked: bool, summary: str, decided_by: str) -> PageChained:

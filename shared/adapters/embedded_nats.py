@@ -104,13 +104,13 @@ class EmbeddedNats:
         """Spawn the server and wait until it accepts connections."""
         if _port_open(self.host, self.port):
             raise PortInUse(self.host, self.port)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._process = self._spawn()
         self._wait_listening(self._process, timeout)
         log.info("nats_server_started", url=self.url, pid=self._process.pid)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Start the server process, its output appended to ``nats-server.log``."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         with (self.data_dir / "nats-server.log").open("ab") as log_file:
             return subprocess.Popen(
                 server_command(self.data_dir, self.host, self.port),

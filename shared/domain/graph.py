@@ -208,11 +208,7 @@ def walk(start: set[str], edges: Sequence[Edge], query_terms: set[str]) -> dict[
     Each hop visits only the edges that touch its frontier (an adjacency list), and whether
     the query names a relation is decided once per distinct relation.
     """
-    touching: dict[str, list[Edge]] = defaultdict(list)
-    for edge in edges:
-        touching[edge.source].append(edge)
-        if edge.target != edge.source:
-            touching[edge.target].append(edge)
+    touching = _edges_by_node(edges)
     named = functools.cache(lambda relation: relation_named(relation, query_terms))
     scores: dict[uuid.UUID, float] = defaultdict(float)
     frontier, seen = set(start), set(start)
@@ -247,6 +243,15 @@ def graph_scores(
     for item_id, score in reached.items():
         scores[item_id] += score
     return dict(scores)
+
+
+def _edges_by_node(edges: Sequence[Edge]) -> dict[str, list[Edge]]:
+    touching: dict[str, list[Edge]] = defaultdict(list)
+    for edge in edges:
+        touching[edge.source].append(edge)
+        if edge.target != edge.source:
+            touching[edge.target].append(edge)
+    return touching
 
 
 def hubs(total: int, counts: Mapping[str, int]) -> set[str]:
