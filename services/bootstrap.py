@@ -122,7 +122,7 @@ class Stack:
             await worker.stop()
 
     async def replay(self, components: Sequence[Component] = ALL_COMPONENTS) -> ReplayReport:
-        """Drop the components' read models and fold the whole log into them again.
+        """Drop the components' read models and fold the log into them again.
 
         Run it with the workers stopped: it rebuilds what they write.
         """
