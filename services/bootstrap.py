@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec
 
 import structlog
 from faststream.message import StreamMessage
@@ -42,6 +42,8 @@ from memoryd.services.runtime.decisions import (
     NoDecisions,
 )
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.runtime.replay import ReplayReport
+from memoryd.services.runtime.replay import replay as replay_log
 from memoryd.services.runtime.scratch import open_scratch
 from memoryd.services.runtime.verify import Scratch, VerifyReport, verify
 from memoryd.services.stm.chain import ChainProjection
@@ -75,6 +77,8 @@ from memoryd.shared.settings import Settings, StartupError
 
 log = structlog.get_logger(__name__)
 
+P = ParamSpec("P")
+
 Component = Literal["stm", "memories", "recall", "indexer", "graph", "chain", "mtm", "persona"]
 # "chain", "mtm", "persona" are the MemoryOS tier workers.
 ALL_COMPONENTS: tuple[Component, ...] = (
@@ -99,6 +103,7 @@ class Stack:
     js: JetStreamContext
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    readers: async_sessionmaker[AsyncSession]
     publisher: EventPublisher
     broker: NatsBroker
     runners: dict[str, ProjectionRunner]
@@ -110,10 +115,26 @@ class Stack:
         """Stop consuming, then close connections, engine and the embedded server."""
         await self._exit.aclose()
 
+    def on_stop(
+        self, callback: Callable[P, Awaitable[object]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> None:
+        """Have ``stop`` await ``callback(*args, **kwargs)`` (the last one added runs first)."""
+        self._exit.push_async_callback(callback, *args, **kwargs)
+
     async def stop_workers(self) -> None:
         """Stop the projection workers (replay needs them stopped); recall keeps answering."""
         for worker in self.workers:
             await worker.stop()
+
+    async def replay(self, components: Sequence[Component] = ALL_COMPONENTS) -> ReplayReport:
+        """Drop the components' read models and fold the log into them again.
+
+        Run it with the workers stopped: it rebuilds what they write.
+        """
+        projections = build_projections(self.settings, components, await self.retrieval_resources())
+        return await replay_log(
+            self.js, self.settings.stream_name, self.engine, self.sessions, projections
+        )
 
     async def verify(self) -> VerifyReport:
         """Fold the log into scratch storage and compare it with this stack's read models.
@@ -218,36 +239,56 @@ async def open_retrieval(
     llm: MemoryLlm | None = None,
 ) -> Retrieval:
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
-    cache_engine = _cache_engine(engine, exit_stack)
-    store = SqlEmbeddingStore(cache_engine)
-    await create_schema(cache_engine, store.metadata)  # under the schema lock, like the rest
+    store = await _embedding_store(engine, exit_stack)
     worker_model = model or build_model(settings)
     embedder = CachedEmbedder(worker_model, store)
     if index is None:
-        index = build_index(
-            settings.qdrant_url,
-            settings.data_dir / "index",
-            embedder.dimension,
-            api_key=settings.qdrant_api_key,
-            collection=settings.qdrant_collection,
-            auto_optimize_every=settings.index_optimize_every,
-        )
-        await _open_index(index, settings, embedder)
-        exit_stack.push_async_callback(index.close)
+        index = await _built_index(settings, embedder, exit_stack)
     if llm is None:
-        llm = build_llm(
-            base_url=settings.llm_base_url,
-            model=settings.llm_model,
-            api_key=settings.llm_api_key,
-            timeout=settings.llm_timeout_seconds,
-            attempts=settings.llm_attempts,
-        )
-        exit_stack.push_async_callback(llm.aclose)
+        llm = _built_llm(settings, exit_stack)
     query_model = model or build_model(settings, "queries")
     queries = CachedEmbedder(
         BatchingEmbedder(query_model), MemoryEmbeddingStore(settings.query_cache_entries)
     )
     return Retrieval(embedder, index, llm, queries, worker_model, query_model)
+
+
+async def _embedding_store(engine: AsyncEngine, exit_stack: AsyncExitStack) -> SqlEmbeddingStore:
+    """Return the SQL embedding cache, its table created (under the schema lock, like the rest)."""
+    cache_engine = _cache_engine(engine, exit_stack)
+    store = SqlEmbeddingStore(cache_engine)
+    await create_schema(cache_engine, store.metadata)
+    return store
+
+
+async def _built_index(
+    settings: Settings, embedder: Embedder, exit_stack: AsyncExitStack
+) -> SearchIndex:
+    """Build the configured search index and open it for the embedder's vectors."""
+    index = build_index(
+        settings.qdrant_url,
+        settings.data_dir / "index",
+        embedder.dimension,
+        api_key=settings.qdrant_api_key,
+        collection=settings.qdrant_collection,
+        auto_optimize_every=settings.index_optimize_every,
+    )
+    await _open_index(index, settings, embedder)
+    exit_stack.push_async_callback(index.close)
+    return index
+
+
+def _built_llm(settings: Settings, exit_stack: AsyncExitStack) -> MemoryLlm:
+    """Build the configured LLM (closed with the stack)."""
+    llm = build_llm(
+        base_url=settings.llm_base_url,
+        model=settings.llm_model,
+        api_key=settings.llm_api_key,
+        timeout=settings.llm_timeout_seconds,
+        attempts=settings.llm_attempts,
+    )
+    exit_stack.push_async_callback(llm.aclose)
+    return llm
 
 
 def _one_line(error: BaseException) -> str:
@@ -282,6 +323,21 @@ def _embedder_hint(settings: Settings) -> str:
     )
 
 
+def _embedder_refused(model: Embedder, settings: Settings, error: Exception) -> StartupError:
+    """Say in one line why the model does not work, and which setting to change."""
+    if isinstance(error, EmbeddingDimensionError):
+        return StartupError(
+            f"the embedding model {model.model_name} does not make the configured "
+            f"{model.dimension}-dimensional vectors ({_one_line(error)}): set "
+            "MEMORYD_EMBEDDING_DIMENSION to its width, or MEMORYD_EMBEDDING_MODEL to a model "
+            "of the index's width"
+        )
+    return StartupError(
+        f"the embedding model {model.model_name} does not work ({_one_line(error)}): "
+        f"{_embedder_hint(settings)}"
+    )
+
+
 async def warm_embedder(model: Embedder, settings: Settings) -> None:
     """Embed one text now: the model loads (or the endpoint answers) before start returns.
 
@@ -291,18 +347,8 @@ async def warm_embedder(model: Embedder, settings: Settings) -> None:
     """
     try:
         vectors = await model.embed(["memoryd start-up check"])
-    except EmbeddingDimensionError as error:
-        raise StartupError(
-            f"the embedding model {model.model_name} does not make the configured "
-            f"{model.dimension}-dimensional vectors ({_one_line(error)}): set "
-            "MEMORYD_EMBEDDING_DIMENSION to its width, or MEMORYD_EMBEDDING_MODEL to a model "
-            "of the index's width"
-        ) from error
     except Exception as error:
-        raise StartupError(
-            f"the embedding model {model.model_name} does not work ({_one_line(error)}): "
-            f"{_embedder_hint(settings)}"
-        ) from error
+        raise _embedder_refused(model, settings, error) from error
     width = int(vectors.shape[1])
     if width != model.dimension:
         raise StartupError(
@@ -367,6 +413,16 @@ def build_memoryos_projections(
     return projections
 
 
+def indexer_projection(settings: Settings, retrieval: Retrieval) -> IndexerProjection:
+    """Return the indexer over the index and the workers' embedder, with the keys settings ask."""
+    keys = KeyOptions(
+        windows=settings.index_window_keys,
+        facts=settings.index_fact_keys,
+        agent_facts=settings.index_agent_facts,
+    )
+    return IndexerProjection(retrieval.index, retrieval.embedder, keys)
+
+
 def build_projections(
     settings: Settings,
     components: Sequence[Component],
@@ -384,12 +440,7 @@ def build_projections(
     if "memories" in components:
         projections.append(MemoriesProjection(settings.daily_ttl_days))
     if retrieval is not None and "indexer" in components:
-        keys = KeyOptions(
-            windows=settings.index_window_keys,
-            facts=settings.index_fact_keys,
-            agent_facts=settings.index_agent_facts,
-        )
-        projections.append(IndexerProjection(retrieval.index, retrieval.embedder, keys))
+        projections.append(indexer_projection(settings, retrieval))
     if "graph" in components:
         refuse = NoDecisions()
         extractor = retrieval.llm if retrieval is not None else refuse
@@ -465,34 +516,42 @@ async def _open_database(
     return engine, session_factory(engine), session_factory(engine, writer=False)
 
 
-async def _start_workers(
-    stack: Stack, readers: async_sessionmaker[AsyncSession], components: Sequence[Component]
-) -> None:
+async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
-    settings, js = stack.settings, stack.js
-    decisions = JetStreamDecisionLog(js, settings.stream_name)
-    for projection in build_projections(settings, components, stack.retrieval, decisions):
-        runner = ProjectionRunner(
-            projection,
-            stack.sessions,
-            stack.nc,
-            stack.publisher,
-            stream=settings.stream_name,
-            readers=readers,
-            max_attempts=settings.max_attempts,
-        )
-        worker = PullWorker(js, runner, settings)
-        await worker.start()
-        stack._exit.push_async_callback(worker.stop)
-        stack.runners[projection.consumer] = runner
-        stack.workers.append(worker)
+    decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
+    for projection in build_projections(stack.settings, components, stack.retrieval, decisions):
+        await _start_worker(stack, projection)
     if "indexer" in components:  # daily memories expire as events
-        sweep = asyncio.create_task(
-            retention.sweep_forever(
-                stack.sessions, stack.publisher.publish_many, settings.retention_sweep_seconds
-            )
+        _start_retention(stack)
+
+
+async def _start_worker(stack: Stack, projection: Projection) -> None:
+    """Run ``projection`` in a pull worker that stops with the stack."""
+    settings = stack.settings
+    runner = ProjectionRunner(
+        projection,
+        stack.sessions,
+        stack.nc,
+        stack.publisher,
+        stream=settings.stream_name,
+        readers=stack.readers,
+        max_attempts=settings.max_attempts,
+    )
+    worker = PullWorker(stack.js, runner, settings)
+    await worker.start()
+    stack.on_stop(worker.stop)
+    stack.runners[projection.consumer] = runner
+    stack.workers.append(worker)
+
+
+def _start_retention(stack: Stack) -> None:
+    """Sweep expired daily memories in the background until the stack stops."""
+    sweep = asyncio.create_task(
+        retention.sweep_forever(
+            stack.sessions, stack.publisher.publish_many, stack.settings.retention_sweep_seconds
         )
-        stack._exit.push_async_callback(retention.stop, sweep)
+    )
+    stack.on_stop(retention.stop, sweep)
 
 
 async def _ready_retrieval(
@@ -525,37 +584,53 @@ async def start_stack(
     """
     exit_stack = AsyncExitStack()
     try:
-        nats_url, nc = await _open_nats(settings, exit_stack)
-        engine, sessions, readers = await _open_database(settings, exit_stack)
-        js = nc.jetstream()
-        publisher = EventPublisher.from_settings(js, settings)
         ports = {"model": embedder, "index": index, "llm": llm}
-        retrieval = await _ready_retrieval(settings, engine, exit_stack, components, ports)
-        broker = NatsBroker(server_list(nats_url), logger=None)
-        stack = Stack(
-            settings,
-            nats_url,
-            nc,
-            js,
-            engine,
-            sessions,
-            publisher,
-            broker,
-            {},
-            [],
-            exit_stack,
-            retrieval,
-        )
-        await _start_workers(stack, readers, components)
-        if "recall" in components and retrieval is not None:
-            visits = VisitRecorder(publisher.publish, settings.recall_visit_interval_seconds)
-            exit_stack.push_async_callback(visits.close)  # after the broker stops answering
-            service = recall_service(settings, readers, retrieval, visits.add)
-            subscribe_recall(broker, service)
-        await broker.start()
-        exit_stack.push_async_callback(broker.stop)
+        stack = await _open_stack(settings, components, exit_stack, ports)
+        await _start_workers(stack, components)
+        await _serve(stack, components)
     except BaseException:
         await exit_stack.aclose()
         raise
-    log.info("memoryd_started", nats_url=nats_url, components=list(components))
+    log.info("memoryd_started", nats_url=stack.nats_url, components=list(components))
     return stack
+
+
+async def _open_stack(
+    settings: Settings,
+    components: Sequence[Component],
+    exit_stack: AsyncExitStack,
+    ports: dict[str, Any],
+) -> Stack:
+    """Connect to NATS and SQL and open what the components retrieve with; start nothing."""
+    nats_url, nc = await _open_nats(settings, exit_stack)
+    engine, sessions, readers = await _open_database(settings, exit_stack)
+    js = nc.jetstream()
+    publisher = EventPublisher.from_settings(js, settings)
+    retrieval = await _ready_retrieval(settings, engine, exit_stack, components, ports)
+    return Stack(
+        settings=settings,
+        nats_url=nats_url,
+        nc=nc,
+        js=js,
+        engine=engine,
+        sessions=sessions,
+        readers=readers,
+        publisher=publisher,
+        broker=NatsBroker(server_list(nats_url), logger=None),
+        runners={},
+        workers=[],
+        _exit=exit_stack,
+        retrieval=retrieval,
+    )
+
+
+async def _serve(stack: Stack, components: Sequence[Component]) -> None:
+    """Answer recalls if recall is among the components, and start the broker."""
+    if "recall" in components and stack.retrieval is not None:
+        settings = stack.settings
+        visits = VisitRecorder(stack.publisher.publish, settings.recall_visit_interval_seconds)
+        stack.on_stop(visits.close)  # runs after the broker stops answering
+        service = recall_service(settings, stack.readers, stack.retrieval, visits.add)
+        subscribe_recall(stack.broker, service)
+    await stack.broker.start()
+    stack.on_stop(stack.broker.stop)

@@ -14,7 +14,7 @@ from typing import NoReturn
 import structlog
 from pydantic import ValidationError
 
-from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, build_projections, start_stack
+from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
     group_dead_letters,
@@ -113,23 +113,19 @@ async def cmd_demo(settings: Settings) -> None:
             await stack.stop()
 
 
-async def cmd_replay(settings: Settings) -> None:
-    """Drop and rebuild every read model (SQL tables and the search index) from the log."""
-    from memoryd.services.runtime.replay import replay
-
+def _refuse_if_running(settings: Settings, why: str) -> None:
     if not settings.nats_url and _port_open(
         settings.embedded_nats_host, settings.embedded_nats_port
     ):
-        sys.exit("memoryd is running: stop it first (replay rebuilds what its workers write)")
+        sys.exit(f"memoryd is running: stop it first ({why})")
+
+
+async def cmd_replay(settings: Settings) -> None:
+    """Drop and rebuild every read model (SQL tables and the search index) from the log."""
+    _refuse_if_running(settings, "replay rebuilds what its workers write")
     stack = await start_stack(settings, components=())  # connections only, no workers
     try:
-        report = await replay(
-            stack.js,
-            settings.stream_name,
-            stack.engine,
-            stack.sessions,
-            build_projections(settings, ALL_COMPONENTS, await stack.retrieval_resources()),
-        )
+        report = await stack.replay()
     finally:
         await stack.stop()
     print(
@@ -142,10 +138,7 @@ async def cmd_replay(settings: Settings) -> None:
 
 async def cmd_verify(settings: Settings) -> bool:
     """Fold the log into scratch storage and compare it with the live read models and index."""
-    if not settings.nats_url and _port_open(
-        settings.embedded_nats_host, settings.embedded_nats_port
-    ):
-        sys.exit("memoryd is running: stop it first (verify compares what its workers write)")
+    _refuse_if_running(settings, "verify compares what its workers write")
     stack = await start_stack(settings, components=())  # connections only, no workers
     try:
         report = await stack.verify()
@@ -245,7 +238,11 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pipeline.add_argument("--recalls", type=int, default=2_000)
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
-    retrieval = bench_sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
+    _add_bench_retrieval(bench_sub)
+
+
+def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    retrieval = sub.add_parser("retrieval", help="LongMemEval-S and LoCoMo recall quality")
     retrieval.add_argument("--data", type=Path, default=Path("../shared/bench"))
     retrieval.add_argument("--out", type=Path, default=Path("bench/results"))
     retrieval.add_argument("--cache", type=Path, default=Path("bench/cache/embeddings.db"))

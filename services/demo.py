@@ -25,22 +25,10 @@ async def run_demo(client: MemoryClient, out: list[str] | None = None) -> list[s
     """Play the conversation and a few explicit memories; return the printed lines."""
     lines = out if out is not None else []
     scope = Scope(tenant="demo", user_id=f"traveller-{uuid.uuid4().hex[:6]}", session_id="trip")
-    start = datetime.now(UTC) - timedelta(minutes=len(CONVERSATION))
-    for i, (query, response) in enumerate(CONVERSATION):
-        await client.record_turn(scope, query, response, occurred_at=start + timedelta(minutes=i))
-    await client.remember(scope, "The user is vegetarian.", key="diet", importance=0.9)
-    await client.remember(scope, "Trip budget: about 2000 euros.", key="budget")
-    await client.remember(
-        scope, "Wants hotel ideas near Gion.", category=Category.CONVERSATION, key="todo"
-    )
+    await _play_trip(client, scope)
     await client.wait_until_applied()
     answer = await client.recall(scope, "what food does the user eat on the trip to Japan?")
-    lines.append(
-        f"Recall for {scope.tenant}/{scope.user_id}: {len(answer.pages)} STM pages "
-        f"(FIFO of 7 from {len(CONVERSATION)} turns), {len(answer.memories)} memories, "
-        f"{answer.tokens} tokens"
-    )
-    lines.append(answer.context)
+    lines += [recall_line(scope, answer), answer.context]
     await client.end_session(scope)
     await client.wait_until_applied()
     after = await client.recall(scope)
@@ -50,6 +38,27 @@ async def run_demo(client: MemoryClient, out: list[str] | None = None) -> list[s
     )
     await run_tiers_demo(client, lines)
     return lines
+
+
+async def _play_trip(client: MemoryClient, scope: Scope) -> None:
+    """Record the conversation, a turn a minute up to now, and three explicit memories."""
+    start = datetime.now(UTC) - timedelta(minutes=len(CONVERSATION))
+    for i, (query, response) in enumerate(CONVERSATION):
+        await client.record_turn(scope, query, response, occurred_at=start + timedelta(minutes=i))
+    await client.remember(scope, "The user is vegetarian.", key="diet", importance=0.9)
+    await client.remember(scope, "Trip budget: about 2000 euros.", key="budget")
+    await client.remember(
+        scope, "Wants hotel ideas near Gion.", category=Category.CONVERSATION, key="todo"
+    )
+
+
+def recall_line(scope: Scope, answer: RecallResponse) -> str:
+    """Describe what a recall of the trip returned."""
+    return (
+        f"Recall for {scope.tenant}/{scope.user_id}: {len(answer.pages)} STM pages "
+        f"(FIFO of 7 from {len(CONVERSATION)} turns), {len(answer.memories)} memories, "
+        f"{answer.tokens} tokens"
+    )
 
 
 # The MemoryOS tiers filling as a longer conversation plays.

@@ -227,14 +227,18 @@ def _chronological(sessions: Iterable[Session]) -> tuple[Session, ...]:
     return tuple(sorted(sessions, key=lambda session: session.date))
 
 
-def _longmemeval_pair(record: _LongMemEvalRecord) -> tuple[Conversation, Question]:
+def _longmemeval_sessions(record: _LongMemEvalRecord) -> tuple[Session, ...]:
     session_ids = _unique_session_ids(record.haystack_session_ids)
-    sessions = _chronological(
+    return _chronological(
         _longmemeval_session(session_id, date, turns)
         for session_id, date, turns in zip(
             session_ids, record.haystack_dates, record.haystack_sessions, strict=True
         )
     )
+
+
+def _longmemeval_pair(record: _LongMemEvalRecord) -> tuple[Conversation, Question]:
+    sessions = _longmemeval_sessions(record)
     answer_turns = tuple(
         turn.id for session in sessions for turn in session.turns if turn.has_answer
     )

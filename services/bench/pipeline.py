@@ -12,16 +12,17 @@ import os
 import platform
 import random
 import statistics
-import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memoryd.services.bootstrap import Component, build_projections, start_stack
-from memoryd.services.runtime.replay import replay
-from memoryd.shared import subjects
-from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.services.bench.embedded import embedded_nats
+from memoryd.services.bootstrap import Component, Stack, start_stack
+from memoryd.services.runtime.replay import ReplayReport
+from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Category, MemoryRemembered, Scope, TurnRecorded
 from memoryd.shared.settings import Settings
@@ -57,6 +58,7 @@ WORDS = [
 
 
 RECALL_COMPONENTS: tuple[Component, ...] = ("memories", "indexer", "graph", "recall")
+USERS = 100
 
 
 def _sentence(rng: random.Random, n: int = 10) -> str:
@@ -130,74 +132,104 @@ async def run_pipeline_bench(
 ) -> dict[str, Any]:
     """Run the benchmark, print the figures, and write them to ``out``/pipeline.{json,md}."""
     rng = random.Random(7)
-    with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as folder:
-        data_dir = Path(folder)
-        server = EmbeddedNats(data_dir / "nats")
-        await server.astart()
-        settings = base.model_copy(
-            update={"data_dir": data_dir, "nats_url": server.url, "database_url": None}
-        )
-        try:
-            results = await _measure(settings, events, recalls, concurrency, rng)
-        finally:
-            await server.astop()
+    async with embedded_nats("memoryd-bench-") as (data_dir, url):
+        settings = on_embedded(base, data_dir, url)
+        results = await _measure(settings, events, recalls, concurrency, rng)
     results.update(await measure_memoryos(base))
     _write(results, out)
     return results
 
 
+def on_embedded(base: Settings, data_dir: Path, nats_url: str) -> Settings:
+    """Return ``base`` on an embedded nats-server and SQLite in ``data_dir``."""
+    return base.model_copy(
+        update={"data_dir": data_dir, "nats_url": nats_url, "database_url": None}
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    """How long the workers took to apply the log, and recall's latencies after (ms)."""
+
+    stm_s: float
+    index_s: float
+    latencies: list[float]
+    concurrency: int
+
+
 async def _measure(
     settings: Settings, events: int, recalls: int, concurrency: int, rng: random.Random
 ) -> dict[str, Any]:
-    users = [Scope(tenant="bench", user_id=f"user-{i}") for i in range(100)]
+    users = [Scope(tenant="bench", user_id=f"user-{i}") for i in range(USERS)]
     turns = make_turns(users, events, rng)
     memories = make_memories(users, max(1, events // 10), rng)
-    admin = await start_stack(settings, components=())
-    client = await MemoryClient.connect(admin.nats_url, settings.stream_name)
+    admin, client = await _connect(settings)
     append_s = await _append(client, turns)
     await _append(client, memories)
+    applied = await _apply_and_recall(
+        settings, client, users, rng, recalls=recalls, concurrency=concurrency
+    )
+    replayed = await admin.replay(("stm", "memories", "indexer", "graph"))
+    await client.close()
+    await admin.stop()
+    return pipeline_figures(events, len(memories), append_s, applied, replayed)
 
-    stm = await start_stack(settings, components=["stm"])
-    started = time.perf_counter()
-    await client.wait_until_applied(timeout=600, consumers=[subjects.STM_CONSUMER])
-    stm_s = time.perf_counter() - started
 
+async def _connect(settings: Settings) -> tuple[Stack, MemoryClient]:
+    """Start a stack without workers (the log and SQL) and connect a client to it."""
+    admin = await start_stack(settings, components=())
+    return admin, await MemoryClient.connect(admin.nats_url, settings.stream_name)
+
+
+async def _apply_and_recall(
+    settings: Settings,
+    client: MemoryClient,
+    users: list[Scope],
+    rng: random.Random,
+    *,
+    recalls: int,
+    concurrency: int,
+) -> Applied:
+    """Time STM, then the recall path, applying the log; then time recalls against them."""
+    stm, stm_s = await _caught_up(settings, client, ("stm",), timeout=600)
     # Recall as deployed: explicit memories, the hybrid index (BM25 + MiniLM) and the graph.
-    rest = await start_stack(settings, components=RECALL_COMPONENTS)
-    started = time.perf_counter()
-    await client.wait_until_applied(timeout=3_600, consumers=list(rest.runners))
-    index_s = time.perf_counter() - started
+    rest, index_s = await _caught_up(settings, client, RECALL_COMPONENTS, timeout=3_600)
     await client.recall(users[0], "warm up", timeout=300)  # loads the model for queries
     latencies = await _recall_latencies(client, users, recalls, concurrency, rng)
     await stm.stop()
     await rest.stop()
+    return Applied(stm_s, index_s, latencies, concurrency)
 
-    report = await replay(
-        admin.js,
-        settings.stream_name,
-        admin.engine,
-        admin.sessions,
-        build_projections(
-            settings, ("stm", "memories", "indexer", "graph"), await admin.retrieval_resources()
-        ),
-    )
-    await client.close()
-    await admin.stop()
-    applied = events + len(memories)
+
+async def _caught_up(
+    settings: Settings, client: MemoryClient, components: Sequence[Component], timeout: float
+) -> tuple[Stack, float]:
+    """Start the components' workers; return them and the seconds they took to apply the log."""
+    workers = await start_stack(settings, components=components)
+    started = time.perf_counter()
+    await client.wait_until_applied(timeout=timeout, consumers=list(workers.runners))
+    return workers, time.perf_counter() - started
+
+
+def pipeline_figures(
+    events: int, memories: int, append_s: float, applied: Applied, replayed: ReplayReport
+) -> dict[str, Any]:
+    """Return the figures of a run: rates per second, recall latency percentiles, the machine."""
+    latencies = applied.latencies
     return {
         "benchmark": "pipeline",
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {platform.python_version()}, {os.cpu_count()} cpus",
         "events": events,
-        "memories": len(memories),
-        "users": len(users),
+        "memories": memories,
+        "users": USERS,
         "log_append_events_per_s": round(events / append_s),
-        "stm_apply_events_per_s": round(events / stm_s),
-        "memories_index_graph_apply_events_per_s": round(applied / index_s),
-        "replay_events": report.events,
-        "replay_events_per_s": round(report.events_per_second),
+        "stm_apply_events_per_s": round(events / applied.stm_s),
+        "memories_index_graph_apply_events_per_s": round((events + memories) / applied.index_s),
+        "replay_events": replayed.events,
+        "replay_events_per_s": round(replayed.events_per_second),
         "recall_requests": len(latencies),
-        "recall_concurrency": concurrency,
+        "recall_concurrency": applied.concurrency,
         "recall_p50_ms": round(percentile(latencies, 50), 2),
         "recall_p99_ms": round(percentile(latencies, 99), 2),
     }
@@ -239,44 +271,14 @@ async def measure_memoryos(
     The turns are appended first; the clock runs from starting the workers to every tier
     worker settled. The embedder's own throughput is timed on the page texts MTM embeds.
     """
-    from memoryd.services.mtm.projection import page_text
     from memoryd.shared.adapters.embeddings import SentenceTransformerEmbedder
-    from memoryd.shared.adapters.embeddings.throughput import measure_throughput
 
     pairs = chat_turns(turns, random.Random(seed))
-    scopes = [Scope(tenant="bench", user_id=f"tiers-{i}") for i in range(users)]
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    events = [
-        TurnRecorded(
-            occurred_at=start + timedelta(minutes=i),
-            scope=scopes[i % users],
-            query=query,
-            response=response,
-        )
-        for i, (query, response) in enumerate(pairs)
-    ]
     model = SentenceTransformerEmbedder()
-    texts = [page_text(query, response) for query, response in pairs]
-    embedder_rate = await measure_throughput(model, texts)  # also loads the model untimed
-    with tempfile.TemporaryDirectory(prefix="memoryd-bench-tiers-") as folder:
-        server = EmbeddedNats(Path(folder) / "nats")
-        await server.astart()
-        settings = base.model_copy(
-            update={"data_dir": Path(folder), "nats_url": server.url, "database_url": None}
-        )
-        try:
-            admin = await start_stack(settings, components=())
-            client = await MemoryClient.connect(admin.nats_url, settings.stream_name)
-            await _append(client, events)
-            started = time.perf_counter()
-            workers = await start_stack(settings, MEMORYOS_COMPONENTS, embedder=model)
-            await client.wait_until_applied(timeout=1_800, consumers=list(workers.runners))
-            seconds = time.perf_counter() - started
-            await workers.stop()
-            await client.close()
-            await admin.stop()
-        finally:
-            await server.astop()
+    embedder_rate = await _embedder_rate(model, pairs)  # also loads the model untimed
+    async with embedded_nats("memoryd-bench-tiers-") as (data_dir, url):
+        settings = on_embedded(base, data_dir, url)
+        seconds = await _tiers_seconds(settings, tier_turns(pairs, users), model)
     rate = turns / seconds
     return {
         "memoryos_turns": turns,
@@ -285,3 +287,42 @@ async def measure_memoryos(
         "memoryos_embedder_texts_per_s": round(embedder_rate, 1),
         "memoryos_pipeline_vs_embedder": round(rate / embedder_rate, 3),
     }
+
+
+def tier_turns(pairs: list[tuple[str, str]], users: int) -> list[TurnRecorded]:
+    """Return a turn a minute per (query, response) pair, spread round-robin over ``users``."""
+    scopes = [Scope(tenant="bench", user_id=f"tiers-{i}") for i in range(users)]
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        TurnRecorded(
+            occurred_at=start + timedelta(minutes=i),
+            scope=scopes[i % users],
+            query=query,
+            response=response,
+        )
+        for i, (query, response) in enumerate(pairs)
+    ]
+
+
+async def _embedder_rate(model: Embedder, pairs: list[tuple[str, str]]) -> float:
+    """Return the model's texts per second on the page texts MTM embeds."""
+    from memoryd.services.mtm.projection import page_text
+    from memoryd.shared.adapters.embeddings.throughput import measure_throughput
+
+    return await measure_throughput(
+        model, [page_text(query, response) for query, response in pairs]
+    )
+
+
+async def _tiers_seconds(settings: Settings, turns: list[TurnRecorded], model: Embedder) -> float:
+    """Append the turns; return the seconds from starting the tier workers to all settled."""
+    admin, client = await _connect(settings)
+    await _append(client, turns)
+    started = time.perf_counter()
+    workers = await start_stack(settings, MEMORYOS_COMPONENTS, embedder=model)
+    await client.wait_until_applied(timeout=1_800, consumers=list(workers.runners))
+    seconds = time.perf_counter() - started
+    await workers.stop()
+    await client.close()
+    await admin.stop()
+    return seconds

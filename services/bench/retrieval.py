@@ -11,12 +11,12 @@ cached in a SQL file under ``bench/cache`` so a second run does not run the mode
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import platform
 import re
 import statistics
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,12 +36,12 @@ from memoryd.services.bench.datasets import (
     load_longmemeval,
     turn_sessions,
 )
+from memoryd.services.bench.embedded import embedded_nats
 from memoryd.services.bench.metrics import Evaluation, evaluate
 from memoryd.services.bench.report import BenchReport, render_markdown, write_report
-from memoryd.services.bootstrap import Component, start_stack
+from memoryd.services.bootstrap import Component, Stack, build_model, start_stack
 from memoryd.services.recall.hybrid import STREAMS
 from memoryd.shared import subjects
-from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.adapters.embeddings import CachedEmbedder, SqlEmbeddingStore
 from memoryd.shared.adapters.sql.engine import create_engine
 from memoryd.shared.client import MemoryClient
@@ -188,21 +188,15 @@ class Ranked:
     seconds: float
 
 
-async def rank(
-    client: MemoryClient,
-    scope: Scope,
-    question: Question,
-    weights: StreamWeights | None,
-    *,
-    options: BenchOptions,
-    ingested: Ingested,
-) -> Ranked:
-    """Recall through request-reply; return the ranked dataset turn and session ids.
+def recall_request(
+    scope: Scope, question: Question, weights: StreamWeights | None, options: BenchOptions
+) -> RecallRequest:
+    """Return the recall a question asks: the user's items only, no pages, a wide budget.
 
     A question that has a date (LongMemEval's) is asked as of that date, as an agent would
     ask it then; LoCoMo's questions have none, so recall reckons from its own clock.
     """
-    request = RecallRequest(
+    return RecallRequest(
         scope=scope,
         query=question.text,
         search_scope=SearchScope.USER,
@@ -214,6 +208,19 @@ async def rank(
         max_per_session=options.max_per_session,
         as_of=question.asked_at,
     )
+
+
+async def rank(
+    client: MemoryClient,
+    scope: Scope,
+    question: Question,
+    weights: StreamWeights | None,
+    *,
+    options: BenchOptions,
+    ingested: Ingested,
+) -> Ranked:
+    """Recall through request-reply; return the ranked dataset turn and session ids."""
+    request = recall_request(scope, question, weights, options)
     started = time.perf_counter()
     response = await client.recall_raw(request.model_dump_json().encode(), timeout=60.0)
     seconds = time.perf_counter() - started
@@ -235,35 +242,29 @@ async def run_system(
     session ranking, or the reverse), so the report shows what the aggregation is worth.
     """
     gate = asyncio.Semaphore(options.concurrency)
-    rankings: dict[str, list[str]] = {}
-    session_rankings: dict[str, list[str]] = {}
-    latencies: list[float] = []
 
-    async def ask(question: Question) -> None:
+    async def ask(question: Question) -> Ranked:
+        scope = ingested.scopes[question.conversation_id]
         async with gate:
-            ranked = await rank(
-                client,
-                ingested.scopes[question.conversation_id],
-                question,
-                weights,
-                options=options,
-                ingested=ingested,
-            )
-        rankings[question.id] = ranked.turns
-        session_rankings[question.id] = ranked.sessions
-        latencies.append(ranked.seconds)
+            return await rank(client, scope, question, weights, options=options, ingested=ingested)
 
-    await asyncio.gather(*(ask(question) for question in dataset.questions))
+    answers = await asyncio.gather(*(ask(question) for question in dataset.questions))
+    return system_run(dataset, answers, options.session_ranking)
+
+
+def system_run(
+    dataset: BenchDataset, answers: Sequence[Ranked], session_ranking: bool
+) -> SystemRun:
+    """Evaluate a system's answers (one per question, in order) with both session rankings."""
+    ids = [question.id for question in dataset.questions]
+    turns = {qid: answer.turns for qid, answer in zip(ids, answers, strict=True)}
+    sessions = {qid: answer.sessions for qid, answer in zip(ids, answers, strict=True)}
     session_maps = {c.id: turn_sessions(c) for c in dataset.conversations}
-    sessions = session_rankings if options.session_ranking else None
-    evaluation = evaluate(dataset.questions, rankings, session_maps, sessions=sessions)
-    other = evaluate(
-        dataset.questions,
-        rankings,
-        session_maps,
-        sessions=None if options.session_ranking else session_rankings,
-    )
-    return SystemRun(evaluation, other, latencies, rankings, session_rankings)
+    chosen, other = (sessions, None) if session_ranking else (None, sessions)
+    evaluation = evaluate(dataset.questions, turns, session_maps, sessions=chosen)
+    other_evaluation = evaluate(dataset.questions, turns, session_maps, sessions=other)
+    latencies = [answer.seconds for answer in answers]
+    return SystemRun(evaluation, other_evaluation, latencies, turns, sessions)
 
 
 async def settled(client: MemoryClient, timeout: float = 3_600.0) -> None:
@@ -300,13 +301,46 @@ async def bench_dataset(
 ) -> BenchReport:
     """Ingest one dataset, wait until it is indexed, and score every system on it."""
     dataset = load(name, options)
+    ingested, ingest_s = await _ingest_and_settle(client, name, dataset, stack_ready)
+    notes = dataset_notes(
+        name, options, ingested, ingest_s, fused_weights=fused_weights, candidates=candidates
+    )
+    systems: dict[str, Evaluation] = {}
+    dumped: list[dict[str, Any]] = []
+    for system, weights in SYSTEMS.items():
+        run = await run_system(client, dataset, ingested, weights, options)
+        systems[system] = run.evaluation
+        if options.dump:
+            dumped.extend(question_rows(dataset, system, run))
+        notes |= system_notes(system, run)
+        log.info("bench_system_done", dataset=name, system=system)
+    if dumped:
+        _write_rows(dumped, options.out / f"{report_stem(name, options)}_questions.jsonl")
+    return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
+
+
+async def _ingest_and_settle(
+    client: MemoryClient, name: str, dataset: BenchDataset, stack_ready: Any
+) -> tuple[Ingested, float]:
+    """Ingest a dataset and wait until the stack is ready; return it and the seconds taken."""
     started = time.perf_counter()
     ingested = await ingest(client, name, dataset)
     await settled(client)
     await stack_ready()
-    ingest_s = time.perf_counter() - started
-    systems: dict[str, Evaluation] = {}
-    notes = {
+    return ingested, time.perf_counter() - started
+
+
+def dataset_notes(
+    name: str,
+    options: BenchOptions,
+    ingested: Ingested,
+    ingest_s: float,
+    *,
+    fused_weights: str,
+    candidates: int,
+) -> dict[str, str]:
+    """Return a report's notes on the run: ingest rate, recall's knobs, the machine."""
+    return {
         "events": str(ingested.events),
         "ingest_seconds": f"{ingest_s:.1f}",
         "ingest_events_per_s": f"{ingested.events / ingest_s:.0f}",
@@ -318,26 +352,26 @@ async def bench_dataset(
         "machine": f"{platform.machine()} {platform.python_version()}",
         "fused_weights": fused_weights,
     }
-    dumped: list[dict[str, Any]] = []
-    for system, weights in SYSTEMS.items():
-        run = await run_system(client, dataset, ingested, weights, options)
-        systems[system] = run.evaluation
-        if options.dump:
-            dumped.extend(question_rows(dataset, system, run))
-        means = run.other.overall.means
-        notes[f"{system}_other_session_ranking"] = " / ".join(
-            f"{key} {means[key]:.3f}"
-            for key in ("session.recall_all@5", "session.recall_any@5", "session.ndcg_any@10")
-            if key in means
-        )
-        notes[f"{system}_query_ms_p50"] = str(_ms(run.latencies, 50))
-        notes[f"{system}_query_ms_p99"] = str(_ms(run.latencies, 99))
-        log.info("bench_system_done", dataset=name, system=system)
-    if dumped:
-        path = options.out / f"{report_stem(name, options)}_questions.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(row) + "\n" for row in dumped))
-    return BenchReport(dataset=name, systems=systems, targets=dict(TARGETS[name]), notes=notes)
+
+
+def system_notes(system: str, run: SystemRun) -> dict[str, str]:
+    """Return a report's notes on one system: the other session ranking, query latencies."""
+    means = run.other.overall.means
+    other = " / ".join(
+        f"{key} {means[key]:.3f}"
+        for key in ("session.recall_all@5", "session.recall_any@5", "session.ndcg_any@10")
+        if key in means
+    )
+    return {
+        f"{system}_other_session_ranking": other,
+        f"{system}_query_ms_p50": str(_ms(run.latencies, 50)),
+        f"{system}_query_ms_p99": str(_ms(run.latencies, 99)),
+    }
+
+
+def _write_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def question_rows(dataset: BenchDataset, system: str, run: SystemRun) -> list[dict[str, Any]]:
@@ -413,39 +447,42 @@ async def run_retrieval_bench(base: Settings, options: BenchOptions) -> list[Ben
 async def _one(
     base: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str
 ) -> BenchReport:
-    from memoryd.services.bootstrap import build_model
-
-    with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as folder:
-        data_dir = Path(folder)
-        server = EmbeddedNats(data_dir / "nats")
-        await server.astart()
-        settings = bench_settings(base, data_dir, server.url, name, options.candidates)
-        model = CachedEmbedder(build_model(settings), store, batch_size=512)
-        stack = await start_stack(settings, COMPONENTS, embedder=model)
-        client = await MemoryClient.connect(stack.nats_url, settings.stream_name)
-
-        async def optimised() -> None:
-            # Bulk load done: build the HNSW and merge segments, as the issue asks.
-            if stack.retrieval is not None:
-                await stack.retrieval.index.optimize()
-
-        try:
-            fused = " / ".join(
-                f"{stream} {getattr(settings, f'weight_{stream}')}" for stream in STREAMS
-            )
-            report = await bench_dataset(
-                client,
-                optimised,
-                name,
-                options,
-                fused_weights=fused,
-                candidates=settings.stream_candidates,
-            )
-        finally:
-            await client.close()
-            await stack.stop()
-            await server.astop()
+    async with embedded_nats("memoryd-bench-") as (data_dir, url):
+        settings = bench_settings(base, data_dir, url, name, options.candidates)
+        report = await _bench_on_stack(settings, options, store, name)
     stem = report_stem(name, options)
     write_report(report, options.out / f"{stem}.json", options.out / f"{stem}.md")
     print(render_markdown(report))
     return report
+
+
+async def _bench_on_stack(
+    settings: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str
+) -> BenchReport:
+    """Start the bench stack (embeddings through the cache) and bench one dataset on it."""
+    model = CachedEmbedder(build_model(settings), store, batch_size=512)
+    stack = await start_stack(settings, COMPONENTS, embedder=model)
+    client = await MemoryClient.connect(stack.nats_url, settings.stream_name)
+    try:
+        return await bench_dataset(
+            client,
+            functools.partial(optimise_index, stack),
+            name,
+            options,
+            fused_weights=weights_note(settings),
+            candidates=settings.stream_candidates,
+        )
+    finally:
+        await client.close()
+        await stack.stop()
+
+
+async def optimise_index(stack: Stack) -> None:
+    """Build the HNSW and merge segments: the bulk load is done, as the issue asks."""
+    if stack.retrieval is not None:
+        await stack.retrieval.index.optimize()
+
+
+def weights_note(settings: Settings) -> str:
+    """Describe the service's own stream weights (the "fused" system's)."""
+    return " / ".join(f"{stream} {getattr(settings, f'weight_{stream}')}" for stream in STREAMS)

@@ -147,28 +147,29 @@ def turn_keys(
     """
     turn = turn_upsert(event)
     keys = [turn]
-    text = turn.text
     if previous is not None and len(previous.split()) <= WINDOW_MAX_WORDS:
-        keys.append(
-            Upsert(
-                derived_id(turn.id, "window"),
-                f"{previous}\n{text}",
-                _turn_payload(event, "window", turn.id, text),
-            )
-        )
+        keys.append(window_key(event, turn, previous))
     if facts:
-        sides = (event.query, event.response) if agent_facts else (event.query,)
-        found = [fact for side in sides for fact in first_person_facts(side)]
-        for n, fact in enumerate(found[:MAX_FACTS_PER_TURN]):
-            if fact != text:
-                keys.append(
-                    Upsert(
-                        derived_id(turn.id, f"fact.{n}"),
-                        fact,
-                        _turn_payload(event, "fact", turn.id, text),
-                    )
-                )
+        keys += fact_keys(event, turn, agent_facts)
     return keys
+
+
+def window_key(event: TurnRecorded, turn: Upsert, previous: str) -> Upsert:
+    """Key a turn by the previous turn and itself together."""
+    payload = _turn_payload(event, "window", turn.id, turn.text)
+    return Upsert(derived_id(turn.id, "window"), f"{previous}\n{turn.text}", payload)
+
+
+def fact_keys(event: TurnRecorded, turn: Upsert, agent_facts: bool) -> list[Upsert]:
+    """Key a turn by each first-person sentence of its user's side (the agent's too if asked)."""
+    sides = (event.query, event.response) if agent_facts else (event.query,)
+    found = [fact for side in sides for fact in first_person_facts(side)]
+    payload = _turn_payload(event, "fact", turn.id, turn.text)
+    return [
+        Upsert(derived_id(turn.id, f"fact.{n}"), fact, payload)
+        for n, fact in enumerate(found[:MAX_FACTS_PER_TURN])
+        if fact != turn.text
+    ]
 
 
 def memory_upsert(event: MemoryRemembered) -> Upsert:

@@ -108,18 +108,25 @@ async def fold_filed(batch: MtmBatch, event: PageFiled) -> Segment | None:
     if await batch.page_filed(event.turn_id):
         return None
     user = await batch.user(user_of(event))
-    vector = decode_vector(event.vector)
-    held = user.segments.get(event.segment_id)
-    if held is None:
-        segment = open_segment(
-            event.segment_id, vector, event.keywords, event.occurred_at, batch.params
-        )
-    else:
-        segment = file_page(held, vector, event.keywords, event.occurred_at, batch.params)
-        segment = segment.model_copy(update={"last_visit_at": _later(held, event.occurred_at)})
+    segment = filed(user.segments.get(event.segment_id), event, batch.params)
     user.segments[segment.id] = segment
     user.changed.add(segment.id)
-    batch.new_pages[event.turn_id] = {
+    batch.new_pages[event.turn_id] = page_row(event, segment)
+    return segment
+
+
+def filed(held: Segment | None, event: PageFiled, params: MemoryOsParams) -> Segment:
+    """Return the segment with the page filed: ``held``, or a new one if it holds nothing."""
+    vector = decode_vector(event.vector)
+    if held is None:
+        return open_segment(event.segment_id, vector, event.keywords, event.occurred_at, params)
+    segment = file_page(held, vector, event.keywords, event.occurred_at, params)
+    return segment.model_copy(update={"last_visit_at": _later(held, event.occurred_at)})
+
+
+def page_row(event: PageFiled, segment: Segment) -> dict[str, Any]:
+    """Return the row of a page filed into ``segment``."""
+    return {
         "turn_id": event.turn_id,
         "segment_id": segment.id,
         "tenant": event.scope.tenant,
@@ -134,7 +141,6 @@ async def fold_filed(batch: MtmBatch, event: PageFiled) -> Segment | None:
         "vector": event.vector,
         "promotion_round": segment.promoted_count,
     }
-    return segment
 
 
 async def fold_summarised(batch: MtmBatch, event: SegmentSummarised) -> None:

@@ -19,7 +19,7 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
 from memoryd.shared.adapters.llm import PersonaExtraction as Extraction
-from memoryd.shared.contracts.events import derived_id
+from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
 from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import MemoryOsParams, decode_vector, encode_vector
@@ -60,6 +60,46 @@ def fold_extraction(persona: Persona, event: PersonaExtracted, params: MemoryOsP
     return Persona(profile, knowledge, traits, agent)
 
 
+def learned_facts(
+    answer: Extraction, vectors: Sequence[str]
+) -> tuple[tuple[LearnedFact, ...], tuple[LearnedFact, ...]]:
+    """Pair the answer's facts, then its agent traits, with their encoded vectors, in order."""
+    facts = tuple(
+        LearnedFact(attribute=f.attribute, value=f.value, text=f.text, vector=v)
+        for f, v in zip(answer.facts, vectors[: len(answer.facts)], strict=True)
+    )
+    agent = tuple(
+        LearnedFact(text=text, vector=v)
+        for text, v in zip(answer.agent_traits, vectors[len(facts) :], strict=True)
+    )
+    return facts, agent
+
+
+def extraction(
+    promoted: SegmentPromoted,
+    answer: Extraction,
+    facts: tuple[LearnedFact, ...],
+    agent: tuple[LearnedFact, ...],
+    deciders: tuple[str, str],
+) -> PersonaExtracted:
+    """Return the decision a promotion led to; ``deciders`` names the embedder and the LLM."""
+    return PersonaExtracted(
+        event_id=derived_id(promoted.event_id, "persona.extracted"),
+        occurred_at=promoted.occurred_at,
+        scope=promoted.scope,
+        cause_event_id=promoted.event_id,
+        segment_id=promoted.segment_id,
+        profile=dict(answer.profile),
+        facts=facts,
+        traits=dict(answer.traits),
+        agent_traits=agent,
+        turn_ids=tuple(p.turn_id for p in promoted.pages),
+        session_ids=tuple(dict.fromkeys(p.session_id for p in promoted.pages if p.session_id)),
+        embedder=deciders[0],
+        decided_by=deciders[1],
+    )
+
+
 class PersonaProjection:
     """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
 
@@ -87,12 +127,8 @@ class PersonaProjection:
         extractions: list[PersonaExtracted] = []
         effects = Effects()
         for item in batch:
-            event = item.event
-            if live and isinstance(event, SegmentPromoted):
-                extracted = await self._extract(event)
-            elif not live and isinstance(event, PersonaExtracted):
-                extracted = event
-            else:
+            extracted = await self._extraction_of(item.event, live)
+            if extracted is None:
                 continue
             key = (extracted.scope.tenant, extracted.scope.user_id)
             if key not in personas:
@@ -106,6 +142,14 @@ class PersonaProjection:
         await store.save(session, personas, extractions)
         return effects
 
+    async def _extraction_of(self, event: Event, live: bool) -> PersonaExtracted | None:
+        """Decide on a promotion (live), take a recorded extraction (replay); else None."""
+        if live and isinstance(event, SegmentPromoted):
+            return await self._extract(event)
+        if not live and isinstance(event, PersonaExtracted):
+            return event
+        return None
+
     async def _extract(self, promoted: SegmentPromoted) -> PersonaExtracted:
         pages = [PageText(query=p.query, response=p.response) for p in promoted.pages]
         answer: Extraction = await ask(
@@ -117,30 +161,6 @@ class PersonaProjection:
         )
         texts = [fact.text for fact in answer.facts] + list(answer.agent_traits)
         vectors = [encode_vector(row) for row in await self._embedder.embed(texts)] if texts else []
-        facts = tuple(
-            LearnedFact(attribute=f.attribute, value=f.value, text=f.text, vector=v)
-            for f, v in zip(answer.facts, vectors[: len(answer.facts)], strict=True)
-        )
-        agent = tuple(
-            LearnedFact(text=text, vector=v)
-            for text, v in zip(answer.agent_traits, vectors[len(facts) :], strict=True)
-        )
-        return await self._decisions.record(
-            PersonaExtracted(
-                event_id=derived_id(promoted.event_id, "persona.extracted"),
-                occurred_at=promoted.occurred_at,
-                scope=promoted.scope,
-                cause_event_id=promoted.event_id,
-                segment_id=promoted.segment_id,
-                profile=dict(answer.profile),
-                facts=facts,
-                traits=dict(answer.traits),
-                agent_traits=agent,
-                turn_ids=tuple(p.turn_id for p in promoted.pages),
-                session_ids=tuple(
-                    dict.fromkeys(p.session_id for p in promoted.pages if p.session_id)
-                ),
-                embedder=self._embedder.model_name,
-                decided_by=self._llm.name,
-            )
-        )
+        facts, agent = learned_facts(answer, vectors)
+        deciders = (self._embedder.model_name, self._llm.name)
+        return await self._decisions.record(extraction(promoted, answer, facts, agent, deciders))

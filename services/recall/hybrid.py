@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -132,15 +133,15 @@ def scope_filter(request: RecallRequest) -> ScopeFilter | None:
         agent_id=scope.agent_id if wide is SearchScope.AGENT else None,
         session_id=scope.session_id if wide is SearchScope.SESSION else None,
         kinds=filters.kinds if filters else None,
-        categories=tuple(c.value for c in filters.categories)
-        if filters and filters.categories
-        else None,
-        memory_types=tuple(t.value for t in filters.memory_types)
-        if filters and filters.memory_types
-        else None,
+        categories=_values(filters.categories) if filters else None,
+        memory_types=_values(filters.memory_types) if filters else None,
         occurred_after=_epoch(filters.occurred_after) if filters else None,
         occurred_before=_epoch(filters.occurred_before) if filters else None,
     )
+
+
+def _values(members: Sequence[Enum] | None) -> tuple[str, ...] | None:
+    return tuple(member.value for member in members) if members else None
 
 
 def _epoch(when: datetime | None) -> float | None:
@@ -310,15 +311,20 @@ def key_scores(
     )
     if priors.date is not None and priors.date_weight > 0:
         near = date_ranking(found.keys, priors.date)
-        for point, place in near.items():
-            scores[point] += priors.date_weight / (k + place)
-        best += priors.date_weight / (k + 1) if near else 0.0
+        best += _add_prior(scores, near, priors.date_weight, k)
     if priors.speaker_bonus > 0:
-        named = [p for p, key in found.keys.items() if names_speaker(priors.query, key.speaker)]
-        for point in named:
-            scores[point] += priors.speaker_bonus / (k + 1)
-        best += priors.speaker_bonus / (k + 1) if named else 0.0
+        named = {p: 1 for p, key in found.keys.items() if names_speaker(priors.query, key.speaker)}
+        best += _add_prior(scores, named, priors.speaker_bonus, k)
     return dict(scores), best or 1.0
+
+
+def _add_prior(
+    scores: dict[uuid.UUID, float], places: Mapping[uuid.UUID, int], weight: float, k: int
+) -> float:
+    """Add ``weight / (k + place)`` to each placed key's score; return what the best can gain."""
+    for point, place in places.items():
+        scores[point] += weight / (k + place)
+    return weight / (k + 1) if places else 0.0
 
 
 def item_scores(
@@ -362,34 +368,61 @@ def score(
     weight_of = {name: getattr(weights, name) for name in STREAMS}
     per_key, best = key_scores(found, weight_of, k, priors)
     fused = item_scores(found.keys, per_key)
-    items = []
-    for candidate in found.candidates.values():
-        fields = candidate.fields
-        hours = (now - fields["occurred_at"]).total_seconds() / _HOURS
-        factor = decay(hours, tuning.decay_per_hour, fields["evergreen"])
-        relevance = fused.get(candidate.item_id, 0.0) / best * factor
-        fresh = recency(hours)
-        final = composite(relevance, fields["importance"], fresh, tuning)
-        explanation = (
-            Explanation(
-                streams=candidate.streams,
-                fused=round(fused.get(candidate.item_id, 0.0), 6),
-                relevance=round(relevance, 6),
-                decay=round(factor, 6),
-                importance=fields["importance"],
-                recency=round(fresh, 6),
-                composite=round(final, 6),
-            )
-            if explain
-            else None
+    items = [
+        scored_item(
+            candidate, fused.get(candidate.item_id, 0.0), best, tuning, now=now, explain=explain
         )
-        items.append(
-            RetrievedItem(
-                item_id=candidate.item_id, score=round(final, 6), explanation=explanation, **fields
-            )
-        )
+        for candidate in found.candidates.values()
+    ]
     items.sort(key=lambda item: (-item.score, -item.occurred_at.timestamp(), str(item.item_id)))
     return items, session_ranking(found.keys, per_key, tuning.session_top_keys)
+
+
+def scored_item(
+    candidate: Candidate, fused: float, best: float, tuning: Tuning, *, now: datetime, explain: bool
+) -> RetrievedItem:
+    """Decay a candidate's fused score (over the best reachable) and blend it into a composite."""
+    fields = candidate.fields
+    hours = (now - fields["occurred_at"]).total_seconds() / _HOURS
+    factor = decay(hours, tuning.decay_per_hour, fields["evergreen"])
+    relevance = fused / best * factor
+    fresh = recency(hours)
+    final = composite(relevance, fields["importance"], fresh, tuning)
+    explanation = (
+        Explanation(
+            streams=candidate.streams,
+            fused=round(fused, 6),
+            relevance=round(relevance, 6),
+            decay=round(factor, 6),
+            importance=fields["importance"],
+            recency=round(fresh, 6),
+            composite=round(final, 6),
+        )
+        if explain
+        else None
+    )
+    return RetrievedItem(
+        item_id=candidate.item_id, score=round(final, 6), explanation=explanation, **fields
+    )
+
+
+def query_priors(query: str, now: datetime, tuning: Tuning) -> Priors:
+    """Return what a query adds besides the streams: the date it implies, the speaker bonus."""
+    return Priors(
+        query=query,
+        date=implied_date(query, now),
+        speaker_bonus=tuning.speaker_bonus,
+        date_weight=tuning.date_weight,
+    )
+
+
+def within_limits(
+    items: Sequence[RetrievedItem], sessions: Sequence[SessionHit], request: RecallRequest
+) -> tuple[list[RetrievedItem], list[SessionHit]]:
+    """Drop items under the request's minimum score, cap them per session, keep ``limit``."""
+    scored = [item for item in items if item.score >= request.min_score]
+    kept = cap_per_session(scored, request.max_per_session)[: request.limit]
+    return kept, list(sessions[: request.limit])
 
 
 class HybridRetriever:
@@ -420,24 +453,12 @@ class HybridRetriever:
         k = request.rrf_k or self.tuning.rrf_k
         now = request.as_of or now
         streams = await self._streams(request.query, where, weights)
-        priors = Priors(
-            query=request.query,
-            date=implied_date(request.query, now),
-            speaker_bonus=self.tuning.speaker_bonus,
-            date_weight=self.tuning.date_weight,
-        )
+        priors = query_priors(request.query, now, self.tuning)
+        found = collect(streams)
         items, sessions = score(
-            collect(streams),
-            weights,
-            k,
-            self.tuning,
-            now=now,
-            explain=request.explain,
-            priors=priors,
+            found, weights, k, self.tuning, now=now, explain=request.explain, priors=priors
         )
-        items = [item for item in items if item.score >= request.min_score]
-        kept = cap_per_session(items, request.max_per_session)[: request.limit]
-        return kept, sessions[: request.limit]
+        return within_limits(items, sessions, request)
 
     async def _streams(
         self, query: str, where: ScopeFilter, weights: StreamWeights
@@ -530,13 +551,7 @@ def assemble(
         "## Memories", [f"- {m.content}" for m in memories], used, max_tokens
     )
     kept_memories = list(memories[:n_facts])
-    shown = {str(m.memory_id) for m in kept_memories}
-    # A memory item is shown as its memory (the SQL row: the index may lag a forget).
-    kept_items = [i for i in items if i.kind == "memory" and i.memory_id in shown]
-    on_page = {str(page.turn_id) for page in kept_pages}
-    # A turn already shown as a recent page is in the context: keep it, at no cost.
-    kept_items += [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id in on_page]
-    episodes_in = [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id not in on_page]
+    shown, episodes_in = shown_already(items, kept_memories, kept_pages)
     episodes, used, n_episodes = _section(
         "## Related conversation", [f"- {i.text}" for i in episodes_in], used, max_tokens
     )
@@ -544,11 +559,29 @@ def assemble(
     knowledge, used, n_knowledge = _section(
         "## Knowledge", [f"- {i.text}" for i in knowledge_in], used, max_tokens
     )
-    kept_items += episodes_in[:n_episodes] + knowledge_in[:n_knowledge]
-    order = {item.item_id: n for n, item in enumerate(items)}
-    kept_items.sort(key=lambda item: order[item.item_id])
+    kept = shown + episodes_in[:n_episodes] + knowledge_in[:n_knowledge]
     context = "\n".join(conversation + facts + episodes + knowledge)
-    return context, kept_pages, kept_memories, kept_items, used
+    return context, kept_pages, kept_memories, in_order(kept, items), used
+
+
+def shown_already(
+    items: Sequence[RetrievedItem], memories: Sequence[MemoryItem], pages: Sequence[PageItem]
+) -> tuple[list[RetrievedItem], list[RetrievedItem]]:
+    """Split off the items the memories and pages show already; return them and the episodes."""
+    shown = {str(m.memory_id) for m in memories}
+    on_page = {str(page.turn_id) for page in pages}
+    # A memory item is shown as its memory (the SQL row: the index may lag a forget).
+    kept = [i for i in items if i.kind == "memory" and i.memory_id in shown]
+    # A turn already shown as a recent page is in the context: keep it, at no cost.
+    kept += [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id in on_page]
+    episodes = [i for i in items if i.kind in _EPISODE_KINDS and i.turn_id not in on_page]
+    return kept, episodes
+
+
+def in_order(kept: Sequence[RetrievedItem], items: Sequence[RetrievedItem]) -> list[RetrievedItem]:
+    """Return ``kept`` in the order of ``items`` (best first)."""
+    order = {item.item_id: n for n, item in enumerate(items)}
+    return sorted(kept, key=lambda item: order[item.item_id])
 
 
 def _recent_pages(

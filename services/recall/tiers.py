@@ -227,6 +227,52 @@ def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[MemoryOsCon
     return context.model_copy(update=kept), "\n".join(lines), used
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What recall read of a user's tiers: the query's vector, top segments and their pages."""
+
+    query_vec: Vector | None
+    top: list[Ranked[Segment]]
+    pages: list[_Page]
+    persona: Persona
+    provenance: Mapping[str, Provenance]
+
+
+def ranked_tiers(
+    found: _Found, k: int
+) -> tuple[list[Ranked[lpm.Fact]], list[Ranked[lpm.Fact]], list[Ranked[_Page]]]:
+    """Rank facts, agent traits and pages by the query (no query: the newest facts, no pages)."""
+    persona = found.persona
+    if found.query_vec is None:
+        knowledge = [Ranked(f, 0.0) for f in reversed(persona.knowledge.facts)][:k]
+        agent = [Ranked(f, 0.0) for f in reversed(persona.agent_traits.facts)][:k]
+        return knowledge, agent, []
+    return (
+        rank_by_similarity(found.query_vec, persona.knowledge.facts, k),
+        rank_by_similarity(found.query_vec, persona.agent_traits.facts, k),
+        rank_by_similarity(found.query_vec, found.pages, k),
+    )
+
+
+def with_tiers(
+    response: RecallResponse,
+    pages: list[PageItem],
+    context: MemoryOsContext,
+    block: str,
+    tokens: int,
+) -> RecallResponse:
+    """Return the response with its pages' chains, the tiers, and their block in its context."""
+    joined = "\n".join(part for part in (response.context, block) if part)
+    return response.model_copy(
+        update={
+            "pages": pages,
+            "memoryos": context,
+            "context": joined,
+            "tokens": response.tokens + tokens,
+        }
+    )
+
+
 class TierRecall:
     """Answer the MemoryOS part of a recall from the tier read models."""
 
@@ -246,29 +292,22 @@ class TierRecall:
         now: datetime,
     ) -> tuple[RecallResponse, SegmentsVisited | None]:
         """Add the tiers to ``response``; return it and the visit to record (None: none)."""
-        scope = request.scope
         async with sessions() as session:
             pages = await with_meta_chains(session, response.pages)
-            segments, persona = await self._state(session, scope)
-            query_vec = await self._query_vector(request.query, segments, persona)
-            top = await self._top_segments(query_vec, request.query, segments)
-            segment_pages = await load_pages(session, [entry.item.id for entry in top])
-            provenance = await load_provenance(session, persona_sources(persona))
-        context = self._context(
-            query_vec, top, segment_pages, persona, provenance=provenance, now=now
-        )
+            found = await self._find(session, request)
         remaining = max(0, request.max_tokens - response.tokens)
-        context, block, tokens = render_tiers(context, remaining)
-        joined = "\n".join(part for part in (response.context, block) if part)
-        enriched = response.model_copy(
-            update={
-                "pages": pages,
-                "memoryos": context,
-                "context": joined,
-                "tokens": response.tokens + tokens,
-            }
-        )
-        return enriched, visit_of(top, scope, now)
+        context, block, tokens = render_tiers(self._context(found, now), remaining)
+        enriched = with_tiers(response, pages, context, block, tokens)
+        return enriched, visit_of(found.top, request.scope, now)
+
+    async def _find(self, session: AsyncSession, request: RecallRequest) -> _Found:
+        """Read the user's segments and persona; rank the segments and read their pages."""
+        segments, persona = await self._state(session, request.scope)
+        query_vec = await self._query_vector(request.query, segments, persona)
+        top = await self._top_segments(query_vec, request.query, segments)
+        pages = await load_pages(session, [entry.item.id for entry in top])
+        provenance = await load_provenance(session, persona_sources(persona))
+        return _Found(query_vec, top, pages, persona, provenance)
 
     async def _state(self, session: AsyncSession, scope: Scope) -> tuple[list[Segment], Persona]:
         """Return the user's segments and persona, decoded once per write of their tier."""
@@ -303,32 +342,16 @@ class TierRecall:
         keywords = await self._keywords.page_keywords(PageText(query=query, response=""))
         return rank_segments(query_vec, keywords, segments, self._params.top_m)
 
-    def _context(
-        self,
-        query_vec: Vector | None,
-        top: Sequence[Ranked[Segment]],
-        pages: Sequence[_Page],
-        persona: Persona,
-        *,
-        provenance: Mapping[str, Provenance],
-        now: datetime,
-    ) -> MemoryOsContext:
-        k = self._params.top_k
-        by_segment = segment_provenance(pages)
-        if query_vec is None:
-            knowledge = [Ranked(f, 0.0) for f in reversed(persona.knowledge.facts)][:k]
-            agent = [Ranked(f, 0.0) for f in reversed(persona.agent_traits.facts)][:k]
-            ranked_pages: list[Ranked[_Page]] = []
-        else:
-            knowledge = rank_by_similarity(query_vec, persona.knowledge.facts, k)
-            agent = rank_by_similarity(query_vec, persona.agent_traits.facts, k)
-            ranked_pages = rank_by_similarity(query_vec, pages, k)
+    def _context(self, found: _Found, now: datetime) -> MemoryOsContext:
+        persona, provenance = found.persona, found.provenance
+        by_segment = segment_provenance(found.pages)
+        knowledge, agent, pages = ranked_tiers(found, self._params.top_k)
         return MemoryOsContext(
             segments=[
                 segment_item(entry, heat(entry.item, now, self._params), by_segment)
-                for entry in top
+                for entry in found.top
             ],
-            segment_pages=[segment_page_item(entry) for entry in ranked_pages],
+            segment_pages=[segment_page_item(entry) for entry in pages],
             knowledge=fact_items(knowledge, provenance),
             agent_traits=fact_items(agent, provenance),
             profile=profile_items(persona.profile, provenance),

@@ -21,7 +21,6 @@ from typing import Protocol, TypeVar
 import structlog
 from nats.js import JetStreamContext
 
-from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Vectors
 from memoryd.shared.adapters.llm import (
     Continuity,
@@ -31,8 +30,8 @@ from memoryd.shared.adapters.llm import (
     PersonaExtraction,
     SegmentSummary,
 )
-from memoryd.shared.adapters.nats_log import MSG_ID
-from memoryd.shared.contracts.catalog import decode_event, encode_event, event_type_name
+from memoryd.shared.adapters.nats_log import msg_id, subject_of
+from memoryd.shared.contracts.catalog import decode_event, encode_event
 from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.memoryos import LlmStepFailed
 
@@ -63,10 +62,7 @@ class JetStreamDecisionLog:
     async def record(self, event: E) -> E:
         """Publish ``event``; on a duplicate, read back and return the copy stored first."""
         ack = await self._js.publish(
-            subjects.event_subject(event.scope, event_type_name(event)),
-            encode_event(event),
-            stream=self._stream,
-            headers={MSG_ID: str(event.event_id)},
+            subject_of(event), encode_event(event), stream=self._stream, headers=msg_id(event)
         )
         if not ack.duplicate:
             return event
@@ -116,20 +112,23 @@ async def ask(
             event_id=str(cause.event_id),
             reason=failure.reason,
         )
-        name = f"llm.failed:{step}:{part}" if part else f"llm.failed:{step}"
-        await decisions.record(
-            LlmStepFailed(
-                event_id=derived_id(cause.event_id, name),
-                occurred_at=cause.occurred_at,
-                scope=cause.scope,
-                cause_event_id=cause.event_id,
-                step=step,
-                reason=failure.reason[:2_000],
-                attempts=failure.attempts,
-                fallback=FALLBACK,
-            )
-        )
+        await decisions.record(step_failed(step, cause, failure, part))
         return await fallback()
+
+
+def step_failed(step: str, cause: Event, failure: LlmFailure, part: str = "") -> LlmStepFailed:
+    """Return the record of a failed LLM step, answered by the offline extractor."""
+    name = f"llm.failed:{step}:{part}" if part else f"llm.failed:{step}"
+    return LlmStepFailed(
+        event_id=derived_id(cause.event_id, name),
+        occurred_at=cause.occurred_at,
+        scope=cause.scope,
+        cause_event_id=cause.event_id,
+        step=step,
+        reason=failure.reason[:2_000],
+        attempts=failure.attempts,
+        fallback=FALLBACK,
+    )
 
 
 class NoDecisions:

@@ -22,9 +22,9 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter
+from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
 from memoryd.shared.adapters.sql import ledger, tracking
-from memoryd.shared.contracts.catalog import AnyEvent, decode_event, event_type_name
+from memoryd.shared.contracts.catalog import AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.notifications import MemoryUpdated
@@ -101,7 +101,7 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
         event = decode_event(data)
     except ValidationError as error:
         raise DeadLetter(f"invalid event: {describe_validation_error(error)}") from error
-    expected = subjects.event_subject(event.scope, event_type_name(event))
+    expected = subject_of(event)
     if subject != expected:
         raise DeadLetter(f"subject {subject!r} does not match the event (expected {expected!r})")
     return event
@@ -287,7 +287,7 @@ class ProjectionRunner:
             effects = Effects()
             for entry, item in items:
                 effects.extend(await self._apply_single(entry, item))
-            await apply_once(self._sessions, self.projection, [], None, through=through)
+            await self._advance(through)
         await self._notify(effects.notifications)
 
     async def _apply_single(self, entry: LogEntry, item: Positioned) -> Effects:
@@ -313,14 +313,16 @@ class ProjectionRunner:
                 )
                 if attempts >= self._max_attempts:
                     await self._park(entry, f"apply failed after {attempts} attempts: {error!r}")
-                    await apply_once(
-                        self._sessions, self.projection, [], None, through=entry.sequence
-                    )
+                    await self._advance(entry.sequence)
                     return Effects()
                 attempts += 1
                 if entry.msg is not None:
                     await entry.msg.in_progress()
                 await asyncio.sleep(self._retry_delay * 2 ** (attempts - 2))
+
+    async def _advance(self, through: int) -> None:
+        """Move the position to ``through``, applying nothing (those messages are handled)."""
+        await apply_once(self._sessions, self.projection, [], None, through=through)
 
     async def _park(self, entry: LogEntry, reason: str) -> None:
         self._log.warning(

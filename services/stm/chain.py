@@ -9,7 +9,7 @@ are kept for the last ``capacity`` pages of each conversation, like the STM FIFO
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,14 +41,39 @@ def chain_row(turn: TurnRecorded, sequence: int) -> dict[str, Any]:
     }
 
 
+def row_page(row: Mapping[str, Any]) -> PageText:
+    """Return a chain row's page as the LLM reads it."""
+    return PageText(query=row["query"], response=row["response"])
+
+
 def chain_pages(rows: Sequence[dict[str, Any]], linked: bool) -> list[PageText]:
     """Return the pages of the newest row's chain: it and the linked rows before it."""
     if not linked:
-        return [PageText(query=rows[-1]["query"], response=rows[-1]["response"])]
+        return [row_page(rows[-1])]
     start = len(rows) - 2
     while start > 0 and rows[start]["linked"]:
         start -= 1
-    return [PageText(query=r["query"], response=r["response"]) for r in rows[max(start, 0) :]]
+    return [row_page(row) for row in rows[max(start, 0) :]]
+
+
+def previous_page(rows: Sequence[dict[str, Any]]) -> PageText | None:
+    """Return the page before the newest row's (None: the newest is the first)."""
+    if len(rows) < 2:
+        return None
+    return row_page(rows[-2])
+
+
+def chained(turn: TurnRecorded, linked: bool, summary: str, decided_by: str) -> PageChained:
+    """Return the decision on a turn's page: whether it continues the chain, and its summary."""
+    return PageChained(
+        event_id=derived_id(turn.event_id, "page.chained"),
+        occurred_at=turn.occurred_at,
+        scope=turn.scope,
+        turn_id=turn.event_id,
+        linked=linked,
+        meta_chain=summary,
+        decided_by=decided_by,
+    )
 
 
 @dataclass
@@ -130,11 +155,7 @@ class ChainProjection:
 
     async def _decide(self, rows: list[dict[str, Any]], turn: TurnRecorded) -> PageChained:
         page = PageText(query=turn.query, response=turn.response)
-        previous = (
-            PageText(query=rows[-2]["query"], response=rows[-2]["response"])
-            if len(rows) > 1
-            else None
-        )
+        previous = previous_page(rows)
         verdict = await ask(
             "check_continuity",
             turn,
@@ -142,7 +163,8 @@ class ChainProjection:
             lambda: self._offline.check_continuity(previous, page),
             self._decisions,
         )
-        pages = chain_pages(rows, verdict.linked and previous is not None)
+        linked = verdict.linked and previous is not None
+        pages = chain_pages(rows, linked)
         summary = await ask(
             "summarise_chain",
             turn,
@@ -150,14 +172,4 @@ class ChainProjection:
             lambda: self._offline.summarise_chain(pages),
             self._decisions,
         )
-        return await self._decisions.record(
-            PageChained(
-                event_id=derived_id(turn.event_id, "page.chained"),
-                occurred_at=turn.occurred_at,
-                scope=turn.scope,
-                turn_id=turn.event_id,
-                linked=verdict.linked and previous is not None,
-                meta_chain=summary,
-                decided_by=self._llm.name,
-            )
-        )
+        return await self._decisions.record(chained(turn, linked, summary, self._llm.name))

@@ -54,6 +54,37 @@ def eviction_event(key: ConversationKey, page: Page, cause: TurnRecorded) -> Pag
     )
 
 
+def fold_turns(
+    fifos: dict[ConversationKey, tuple[Page, ...]],
+    turns: Sequence[tuple[TurnRecorded, int]],
+    capacity: int,
+) -> tuple[Effects, list[uuid.UUID]]:
+    """Append each turn's page to its FIFO in ``fifos``; return the effects and evicted ids."""
+    effects = Effects()
+    evicted_ids: list[uuid.UUID] = []
+    for turn, sequence in turns:
+        key = conversation_of(turn)
+        page = page_of(turn, sequence)
+        if any(held.turn_id == page.turn_id for held in fifos[key]):
+            continue  # the same turn published twice beyond the duplicate window
+        fifos[key], evicted = append_page(fifos[key], page, capacity)
+        effects.extend(appended(key, page, evicted, turn, sequence))
+        evicted_ids += [old.turn_id for old in evicted]
+    return effects, evicted_ids
+
+
+def appended(
+    key: ConversationKey, page: Page, evicted: Sequence[Page], cause: TurnRecorded, sequence: int
+) -> Effects:
+    """Return what appending a page announces: the page added, each page evicted (an event)."""
+    effects = Effects()
+    effects.notifications.append(notification("page.added", cause, sequence, (page.turn_id,)))
+    for old in evicted:
+        effects.derived.append(eviction_event(key, old, cause))
+        effects.notifications.append(notification("page.evicted", cause, sequence, (old.turn_id,)))
+    return effects
+
+
 class StmProjection:
     """Fold turns into per-conversation FIFOs of ``capacity`` pages."""
 
@@ -72,23 +103,7 @@ class StmProjection:
             return Effects()
         fifos = await store.load_fifos(session, {conversation_of(t) for t, _ in turns})
         stored = {page.turn_id for fifo in fifos.values() for page in fifo}
-        effects = Effects()
-        evicted_ids: list[uuid.UUID] = []
-        for turn, sequence in turns:
-            key = conversation_of(turn)
-            page = page_of(turn, sequence)
-            if any(held.turn_id == page.turn_id for held in fifos[key]):
-                continue  # the same turn published twice beyond the duplicate window
-            fifos[key], evicted = append_page(fifos[key], page, self.capacity)
-            effects.notifications.append(
-                notification("page.added", turn, sequence, (page.turn_id,))
-            )
-            for old in evicted:
-                evicted_ids.append(old.turn_id)
-                effects.derived.append(eviction_event(key, old, turn))
-                effects.notifications.append(
-                    notification("page.evicted", turn, sequence, (old.turn_id,))
-                )
+        effects, evicted_ids = fold_turns(fifos, turns, self.capacity)
         new_rows = [
             store.page_row(key, page)
             for key, fifo in fifos.items()

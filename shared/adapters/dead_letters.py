@@ -7,7 +7,7 @@ by the original message: its stream sequence, the consumers that parked it, the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -72,18 +72,20 @@ async def read_dead_letters(
             msg = await js.get_msg(stream, sequence)
         except NotFoundError:
             continue
-        headers = msg.headers or {}
-        letters.append(
-            DeadLetter(
-                sequence=sequence,
-                consumer=headers.get(subjects.DLQ_CONSUMER, ""),
-                reason=headers.get(subjects.DLQ_REASON, ""),
-                original_subject=headers.get(subjects.DLQ_ORIGINAL_SUBJECT, ""),
-                original_sequence=int(headers.get(subjects.DLQ_ORIGINAL_SEQUENCE, "0")),
-                data=msg.data or b"",
-            )
-        )
+        letters.append(letter_of(sequence, msg.headers or {}, msg.data or b""))
     return letters
+
+
+def letter_of(sequence: int, headers: Mapping[str, str], data: bytes) -> DeadLetter:
+    """Return a dead letter from its stream message: the headers say where it came from."""
+    return DeadLetter(
+        sequence=sequence,
+        consumer=headers.get(subjects.DLQ_CONSUMER, ""),
+        reason=headers.get(subjects.DLQ_REASON, ""),
+        original_subject=headers.get(subjects.DLQ_ORIGINAL_SUBJECT, ""),
+        original_sequence=int(headers.get(subjects.DLQ_ORIGINAL_SEQUENCE, "0")),
+        data=data,
+    )
 
 
 def group_dead_letters(letters: Sequence[DeadLetter]) -> list[DeadLetterGroup]:

@@ -70,6 +70,22 @@ def _port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def server_command(data_dir: Path, host: str, port: int) -> list[str]:
+    """Return the command line of a JetStream server storing its log under ``data_dir``."""
+    return [
+        str(nats_server_binary()),
+        "--jetstream",
+        "--store_dir",
+        str(data_dir / "jetstream"),
+        "--addr",
+        host,
+        "--port",
+        str(port),
+        "--server_name",
+        "memoryd-embedded",
+    ]
+
+
 class EmbeddedNats:
     """A nats-server child process with JetStream on a local data dir."""
 
@@ -88,31 +104,28 @@ class EmbeddedNats:
         """Spawn the server and wait until it accepts connections."""
         if _port_open(self.host, self.port):
             raise PortInUse(self.host, self.port)
+        self._process = self._spawn()
+        self._wait_listening(self._process, timeout)
+        log.info("nats_server_started", url=self.url, pid=self._process.pid)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """Start the server process, its output appended to ``nats-server.log``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log_file = (self.data_dir / "nats-server.log").open("ab")
-        self._process = subprocess.Popen(
-            [
-                str(nats_server_binary()),
-                "--jetstream",
-                "--store_dir",
-                str(self.data_dir / "jetstream"),
-                "--addr",
-                self.host,
-                "--port",
-                str(self.port),
-                "--server_name",
-                "memoryd-embedded",
-            ],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-        log_file.close()
+        with (self.data_dir / "nats-server.log").open("ab") as log_file:
+            return subprocess.Popen(
+                server_command(self.data_dir, self.host, self.port),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+    def _wait_listening(self, process: subprocess.Popen[bytes], timeout: float) -> None:
+        """Return once the server accepts connections; raise if it exits or takes too long."""
         deadline = time.monotonic() + timeout
         while not _port_open(self.host, self.port):
-            if self._process.poll() is not None:
+            if process.poll() is not None:
                 raise StartupError(
-                    f"the embedded nats-server exited with {self._process.returncode} "
+                    f"the embedded nats-server exited with {process.returncode} "
                     f"(see {self.data_dir / 'nats-server.log'}); if port {self.port} was taken "
                     "meanwhile, set MEMORYD_EMBEDDED_NATS_PORT to a free port"
                 )
@@ -120,7 +133,6 @@ class EmbeddedNats:
                 self.stop()
                 raise TimeoutError(f"nats-server did not listen on {self.url} in {timeout}s")
             time.sleep(0.05)
-        log.info("nats_server_started", url=self.url, pid=self._process.pid)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server gracefully (SIGTERM), killing it if it does not exit in time."""

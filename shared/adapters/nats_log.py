@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import nats.errors
 import nats.js.errors
@@ -29,6 +29,16 @@ class NatsUnavailable(StartupError, ConnectionError):
     """No NATS server answered at the URL in time."""
 
 
+def subject_of(event: Event) -> str:
+    """Return the subject an event is published on (its scope and its type)."""
+    return subjects.event_subject(event.scope, event_type_name(event))
+
+
+def msg_id(event: Event) -> dict[str, str]:
+    """Return the headers that make the stream store an event once: its id as Nats-Msg-Id."""
+    return {MSG_ID: str(event.event_id)}
+
+
 def server_list(url: str) -> list[str]:
     """Split a comma-separated NATS URL list (a cluster's seed servers)."""
     return [part.strip() for part in url.split(",") if part.strip()]
@@ -43,20 +53,13 @@ async def connect(
     answered in time. Once connected, the client reconnects for ever.
     """
     nc = NatsClient()
-
-    async def log_error(error: Exception) -> None:
-        # nats-py's default logs a traceback per failed attempt (two a second while NATS is
-        # away). Before the first connection the one-line NatsUnavailable below says it all.
-        report = log.warning if nc.is_connected or nc.is_reconnecting else log.debug
-        report("nats_error", url=url, error=f"{type(error).__name__}: {error}".strip(": "))
-
     attempt = nc.connect(
         server_list(url),
         name=name,
         connect_timeout=max(1, min(2, int(timeout))),
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,  # type: ignore[arg-type]  # typed int, used as seconds
-        error_cb=log_error,
+        error_cb=_error_logger(nc, url),
     )
     try:
         await asyncio.wait_for(attempt, timeout)
@@ -69,6 +72,18 @@ async def connect(
             "(MEMORYD_CONNECT_TIMEOUT_SECONDS to wait longer)"
         ) from None
     return nc
+
+
+def _error_logger(nc: NatsClient, url: str) -> Callable[[Exception], Awaitable[None]]:
+    """Return the client's error callback: one log line, a warning once it was connected."""
+
+    async def log_error(error: Exception) -> None:
+        # nats-py's default logs a traceback per failed attempt (two a second while NATS is
+        # away). Before the first connection the one-line NatsUnavailable says it all.
+        report = log.warning if nc.is_connected or nc.is_reconnecting else log.debug
+        report("nats_error", url=url, error=f"{type(error).__name__}: {error}".strip(": "))
+
+    return log_error
 
 
 def event_stream_config(settings: Settings) -> api.StreamConfig:
@@ -170,13 +185,7 @@ class EventPublisher:
         for attempt in range(1, self._attempts + 1):
             left = deadline - time.monotonic()
             try:
-                ack = await self._js.publish(
-                    subjects.event_subject(event.scope, event_type_name(event)),
-                    encode_event(event),
-                    timeout=max(0.05, min(self._ack_timeout, left)),
-                    stream=self._stream,
-                    headers={MSG_ID: str(event.event_id)},
-                )
+                return await self._send(event, max(0.05, min(self._ack_timeout, left)))
             except _AMBIGUOUS as error:
                 left = deadline - time.monotonic()
                 if attempt == self._attempts or left <= 0:
@@ -192,9 +201,18 @@ class EventPublisher:
                     error=type(error).__name__,
                 )
                 await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0, left))
-            else:
-                return ack.seq
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _send(self, event: Event, timeout: float) -> int:
+        """Publish once; return the stream sequence the acknowledgement names."""
+        ack = await self._js.publish(
+            subject_of(event),
+            encode_event(event),
+            timeout=timeout,
+            stream=self._stream,
+            headers=msg_id(event),
+        )
+        return ack.seq
 
     async def publish_many(self, events: Iterable[Event]) -> list[int]:
         """Append events pipelined (one round trip's latency for the lot), in order.
@@ -205,29 +223,30 @@ class EventPublisher:
         batch = list(events)
         futures = [
             await self._js.publish_async(
-                subjects.event_subject(event.scope, event_type_name(event)),
-                encode_event(event),
-                stream=self._stream,
-                headers={MSG_ID: str(event.event_id)},
+                subject_of(event), encode_event(event), stream=self._stream, headers=msg_id(event)
             )
             for event in batch
         ]
-        pending: set[asyncio.Future[api.PubAck]] = set(futures)
+        await self._await_acks(futures)
+        return [await self._sequence(event, ack) for event, ack in zip(batch, futures, strict=True)]
+
+    async def _await_acks(self, futures: Iterable[asyncio.Future[api.PubAck]]) -> None:
+        """Wait while acknowledgements keep coming, each within the acknowledgement timeout."""
+        pending = set(futures)
         while pending:  # a large batch may take long; stop waiting once none answers in time
             done, pending = await asyncio.wait(pending, timeout=self._ack_timeout)
             if not done:
                 break
-        sequences = []
-        for event, future in zip(batch, futures, strict=True):
-            if future.done() and not future.cancelled() and future.exception() is None:
-                sequences.append(future.result().seq)
-                continue
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled() and not isinstance(future.exception(), _AMBIGUOUS):
-                raise future.exception()  # type: ignore[misc]
-            sequences.append(await self.publish(event))
-        return sequences
+
+    async def _sequence(self, event: Event, ack: asyncio.Future[api.PubAck]) -> int:
+        """Return the event's sequence from its acknowledgement, or by publishing it again."""
+        if ack.done() and not ack.cancelled() and ack.exception() is None:
+            return ack.result().seq
+        if not ack.done():
+            ack.cancel()
+        elif not ack.cancelled() and not isinstance(ack.exception(), _AMBIGUOUS):
+            raise ack.exception()  # type: ignore[misc]
+        return await self.publish(event)
 
 
 async def publish_dead_letter(

@@ -1,7 +1,8 @@
 """The knowledge graph's pure logic: entity keys, the bi-temporal edge rule, and the walk.
 
 Graph search scores (a rank-only input to fusion, so only the order matters): an item that
-mentions a matched entity scores 1; an item that asserted an edge reached at hop h scores 1/h,
+mentions a matched entity scores ``ln(1 + items / mentions)`` for it, so a rare entity says more
+(a hub says nothing: it is not matched); an item that asserted an edge reached at hop h scores 1/h,
 doubled when the relation names a word of the query ("where do I live" -> ``lives_in``). The
 user's own node matches first-person queries but, as it touches everything the user said, only
 its edges whose relation the query names are walked. Invalidated edges are never walked.
@@ -10,6 +11,7 @@ its edges whose relation the query names are walked. Invalidated edges are never
 from __future__ import annotations
 
 import functools
+import math
 import re
 import uuid
 from collections import defaultdict
@@ -206,11 +208,7 @@ def walk(start: set[str], edges: Sequence[Edge], query_terms: set[str]) -> dict[
     Each hop visits only the edges that touch its frontier (an adjacency list), and whether
     the query names a relation is decided once per distinct relation.
     """
-    touching: dict[str, list[Edge]] = defaultdict(list)
-    for edge in edges:
-        touching[edge.source].append(edge)
-        if edge.target != edge.source:
-            touching[edge.target].append(edge)
+    touching = _edges_by_node(edges)
     named = functools.cache(lambda relation: relation_named(relation, query_terms))
     scores: dict[uuid.UUID, float] = defaultdict(float)
     frontier, seen = set(start), set(start)
@@ -227,6 +225,33 @@ def walk(start: set[str], edges: Sequence[Edge], query_terms: set[str]) -> dict[
         seen |= reached
         frontier = reached
     return scores
+
+
+def graph_scores(
+    mentions: Iterable[tuple[uuid.UUID, str]],
+    reached: Mapping[uuid.UUID, float],
+    total: int,
+    counts: Mapping[str, int],
+) -> dict[uuid.UUID, float]:
+    """Score items by the (item, entity) mentions of matched entities, plus what the walk gave.
+
+    ``total`` is how many items the scope holds and ``counts`` how many mention each entity.
+    """
+    scores: dict[uuid.UUID, float] = defaultdict(float)
+    for item_id, key in mentions:
+        scores[item_id] += math.log(1 + total / max(1, counts.get(key, 1)))
+    for item_id, score in reached.items():
+        scores[item_id] += score
+    return dict(scores)
+
+
+def _edges_by_node(edges: Sequence[Edge]) -> dict[str, list[Edge]]:
+    touching: dict[str, list[Edge]] = defaultdict(list)
+    for edge in edges:
+        touching[edge.source].append(edge)
+        if edge.target != edge.source:
+            touching[edge.target].append(edge)
+    return touching
 
 
 def hubs(total: int, counts: Mapping[str, int]) -> set[str]:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import Field
 
 from memoryd.shared.domain.memoryos import (
@@ -184,9 +185,7 @@ def file_page(
             f"page vector has shape {page_vec.shape}, segment {segment.id} has "
             f"{segment.vector.shape}"
         )
-    count = segment.page_count
-    # The stored unit vector times its stored length is the exact mean of the page vectors.
-    mean = (segment.vector.astype(np.float64) * segment.mean_norm * count + page_vec) / (count + 1)
+    mean = _mean_with(segment, page_vec)
     return segment.model_copy(
         update={
             "vector": unit_vector(mean),
@@ -194,11 +193,17 @@ def file_page(
             "keywords": _merge_keywords(
                 page_keywords, segment.keywords, params.segment_keyword_capacity
             ),
-            "page_count": count + 1,
+            "page_count": segment.page_count + 1,
             "l_interaction": segment.l_interaction + 1,
             "last_visit_at": as_utc(now),
         }
     )
+
+
+def _mean_with(segment: Segment, page_vec: Vector) -> npt.NDArray[np.float64]:
+    # The stored unit vector times its stored length is the exact mean of the page vectors.
+    count = segment.page_count
+    return (segment.vector.astype(np.float64) * segment.mean_norm * count + page_vec) / (count + 1)
 
 
 def rewrite_summary(

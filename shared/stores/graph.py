@@ -8,7 +8,6 @@ lives in ``shared.domain.graph``: this module only moves rows.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +27,7 @@ from memoryd.shared.domain.graph import (
     Edge,
     EdgeChange,
     TimedEdge,
+    graph_scores,
     hubs,
     matched_entities,
     node_id,
@@ -105,23 +105,39 @@ async def graph_search(
     start = matched_entities(query, counts.keys() | {USER_ENTITY})
     if not start:
         return []
-    scores: dict[uuid.UUID, float] = defaultdict(float)
     named = [key for key in start - {USER_ENTITY} - hubs(total, counts)]
-    mentioned = await session.execute(
-        select(graph_mentions.c.item_id, graph_mentions.c.name_key).where(
-            _owner(graph_mentions, scope), graph_mentions.c.name_key.in_(named)
-        )
-    )
-    for row in mentioned:
-        scores[row.item_id] += math.log(1 + total / max(1, counts.get(row.name_key, 1)))
-    edges = await session.execute(
-        select(graph_edges).where(_owner(graph_edges, scope), graph_edges.c.invalid_at.is_(None))
-    )
-    found = [Edge(e.source_key, e.relation, e.target_key, e.item_id) for e in edges]
-    for item_id, score in walk(start, found, set(terms(query))).items():
-        scores[item_id] += score
+    found = await _mentions_of(session, scope, named)
+    reached = walk(start, await _valid_edges(session, scope), set(terms(query)))
+    scores = graph_scores(found, reached, total, counts)
     if not scores:
         return []
+    return await _best_hits(session, scope, scores, limit)
+
+
+async def _mentions_of(
+    session: AsyncSession, scope: ScopeFilter, keys: list[str]
+) -> list[tuple[uuid.UUID, str]]:
+    """Return the (item, entity) pairs of the scope's items that mention these entities."""
+    rows = await session.execute(
+        select(graph_mentions.c.item_id, graph_mentions.c.name_key).where(
+            _owner(graph_mentions, scope), graph_mentions.c.name_key.in_(keys)
+        )
+    )
+    return [(row.item_id, row.name_key) for row in rows]
+
+
+async def _valid_edges(session: AsyncSession, scope: ScopeFilter) -> list[Edge]:
+    """Return the scope's edges that no later fact has invalidated."""
+    rows = await session.execute(
+        select(graph_edges).where(_owner(graph_edges, scope), graph_edges.c.invalid_at.is_(None))
+    )
+    return [Edge(e.source_key, e.relation, e.target_key, e.item_id) for e in rows]
+
+
+async def _best_hits(
+    session: AsyncSession, scope: ScopeFilter, scores: Mapping[uuid.UUID, float], limit: int
+) -> list[GraphHit]:
+    """Read the best-scored items inside ``scope``; return at most ``limit``, best first."""
     best = sorted(scores, key=lambda item_id: (-scores[item_id], str(item_id)))[: limit * 4]
     rows = await session.execute(
         select(graph_items).where(item_filter(scope), graph_items.c.item_id.in_(best))
@@ -181,14 +197,7 @@ async def add_nodes(
     first_seen_at: datetime,
 ) -> None:
     """Add a node for each named entity (key -> name, type) the user's graph lacks."""
-    existing = await session.execute(
-        select(graph_nodes.c.name_key).where(
-            (graph_nodes.c.tenant == scope.tenant)
-            & (graph_nodes.c.user_id == scope.user_id)
-            & graph_nodes.c.name_key.in_(list(named))
-        )
-    )
-    known = {row.name_key for row in existing}
+    known = await _known_nodes(session, scope, list(named))
     rows = [
         {
             "node_id": node_id(scope.tenant, scope.user_id, key),
@@ -204,6 +213,18 @@ async def add_nodes(
     ]
     if rows:
         await upsert(session, graph_nodes, rows, ["node_id"])
+
+
+async def _known_nodes(session: AsyncSession, scope: Scope, keys: list[str]) -> set[str]:
+    """Return which of these entities the user's graph has a node for."""
+    existing = await session.execute(
+        select(graph_nodes.c.name_key).where(
+            (graph_nodes.c.tenant == scope.tenant)
+            & (graph_nodes.c.user_id == scope.user_id)
+            & graph_nodes.c.name_key.in_(keys)
+        )
+    )
+    return {row.name_key for row in existing}
 
 
 async def add_mentions(
@@ -233,6 +254,10 @@ def _utc(at: datetime) -> datetime:
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
+def _utc_or_none(at: datetime | None) -> datetime | None:
+    return None if at is None else _utc(at)
+
+
 async def edges_of(
     session: AsyncSession, scope: Scope, pairs: Iterable[tuple[str, str]]
 ) -> list[TimedEdge]:
@@ -256,7 +281,7 @@ async def edges_of(
             row.relation,
             row.target_key,
             _utc(row.valid_at),
-            None if row.invalid_at is None else _utc(row.invalid_at),
+            _utc_or_none(row.invalid_at),
         )
         for row in rows
     ]
@@ -271,27 +296,35 @@ async def write_edges(
     sequence: int,
 ) -> None:
     """Persist an ``EdgeChange``: end the older edges, insert the item's new ones."""
+    await _end_edges(session, change.invalidate)
+    rows = [_edge_row(scope, item_id, edge, sequence) for edge in change.insert]
+    if rows:
+        await upsert(session, graph_edges, rows, ["edge_id"])
+
+
+async def _end_edges(session: AsyncSession, invalidate: Mapping[uuid.UUID, datetime]) -> None:
+    """Set each edge's ``invalid_at`` (one update per distinct time)."""
     by_time: dict[datetime, list[uuid.UUID]] = defaultdict(list)
-    for edge_id, at in change.invalidate.items():
+    for edge_id, at in invalidate.items():
         by_time[_utc(at)].append(edge_id)
     for at, edge_ids in sorted(by_time.items()):
         await session.execute(
             update(graph_edges).where(graph_edges.c.edge_id.in_(edge_ids)).values(invalid_at=at)
         )
-    rows = [
-        {
-            "edge_id": edge.edge_id,
-            "tenant": scope.tenant,
-            "user_id": scope.user_id,
-            "source_key": edge.source,
-            "relation": edge.relation,
-            "target_key": edge.target,
-            "item_id": item_id,
-            "valid_at": _utc(edge.valid_at),
-            "invalid_at": None if edge.invalid_at is None else _utc(edge.invalid_at),
-            "stream_seq": sequence,
-        }
-        for edge in change.insert
-    ]
-    if rows:
-        await upsert(session, graph_edges, rows, ["edge_id"])
+
+
+def _edge_row(
+    scope: Scope, item_id: uuid.UUID, edge: TimedEdge, sequence: int
+) -> dict[str, object]:
+    return {
+        "edge_id": edge.edge_id,
+        "tenant": scope.tenant,
+        "user_id": scope.user_id,
+        "source_key": edge.source,
+        "relation": edge.relation,
+        "target_key": edge.target,
+        "item_id": item_id,
+        "valid_at": _utc(edge.valid_at),
+        "invalid_at": _utc_or_none(edge.invalid_at),
+        "stream_seq": sequence,
+    }

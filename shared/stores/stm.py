@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import ColumnElement, and_, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import stm_pages
@@ -85,17 +85,22 @@ async def save(
         await session.execute(stm_pages.insert(), list(new_rows))
 
 
-async def conversation_pages(
-    session: AsyncSession, scope: Scope, search_scope: SearchScope
-) -> list[PageItem]:
-    """Return the pages of the caller's conversation (or wider, by search scope), oldest first."""
+def _seen_from(scope: Scope, search_scope: SearchScope) -> ColumnElement[bool]:
+    """Return the SQL condition for the pages a search from ``scope`` sees."""
     condition = (stm_pages.c.tenant == scope.tenant) & (stm_pages.c.user_id == scope.user_id)
     if search_scope is not SearchScope.USER:
         condition = condition & (stm_pages.c.agent_id == scope.agent_id)
     if search_scope is SearchScope.SESSION:
         condition = condition & (stm_pages.c.session_id == scope.session_id)
+    return condition
+
+
+async def conversation_pages(
+    session: AsyncSession, scope: Scope, search_scope: SearchScope
+) -> list[PageItem]:
+    """Return the pages of the caller's conversation (or wider, by search scope), oldest first."""
     rows = await session.execute(
-        select(stm_pages).where(condition).order_by(stm_pages.c.stream_seq)
+        select(stm_pages).where(_seen_from(scope, search_scope)).order_by(stm_pages.c.stream_seq)
     )
     return [
         PageItem(

@@ -215,12 +215,14 @@ class OpenAIChatLlm:
                 self._breaker.record_success()
                 return answer
             if attempt < self._attempts:
-                delay = backoff_delay(
-                    attempt, base=self._base_delay, cap=self._max_delay, rng=self._rng
-                )
-                await asyncio.sleep(delay)
+                await self._back_off(attempt)
         self._breaker.record_failure()
         raise LlmFailure(step, reason, self._attempts)
+
+    async def _back_off(self, attempt: int) -> None:
+        """Wait before the next attempt: jittered, growing exponentially, capped."""
+        delay = backoff_delay(attempt, base=self._base_delay, cap=self._max_delay, rng=self._rng)
+        await asyncio.sleep(delay)
 
     async def _complete(self, prompt: prompts.Prompt) -> str | None:
         """Send one chat completion; turn transient transport errors into `_Retry`."""
