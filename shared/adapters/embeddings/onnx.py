@@ -148,22 +148,12 @@ class OnnxEmbedder:
             return self._session, self._tokenizer
 
     def _load(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
-        import onnxruntime
-        from tokenizers import Tokenizer
-
         started = time.perf_counter()
         source = self._model_dir or bundled_minilm_path()
         _check_mean_pooling(source)
         exported = ensure_export(source, self._cache_dir, self._base_name, int8=self._int8)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self._threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(
-            str(exported), options, providers=["CPUExecutionProvider"]
-        )
-        tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-        tokenizer.enable_truncation(_max_tokens(source))
-        tokenizer.no_padding()  # tokenizer.json may set padding; batches pad themselves
+        session = _session(exported, self._threads or os.cpu_count() or 1)
+        tokenizer = _tokenizer(source)
         width = _width(session, tokenizer)
         if self._dimension is not None and width != self._dimension:
             raise EmbeddingDimensionError(
@@ -179,6 +169,24 @@ class OnnxEmbedder:
             seconds=round(time.perf_counter() - started, 2),
         )
         return session, tokenizer
+
+
+def _session(exported: Path, threads: int) -> onnxruntime.InferenceSession:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(str(exported), options, providers=["CPUExecutionProvider"])
+
+
+def _tokenizer(model_dir: Path) -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(_max_tokens(model_dir))
+    tokenizer.no_padding()  # tokenizer.json may set padding; batches pad themselves
+    return tokenizer
 
 
 def _run(session: onnxruntime.InferenceSession, rows: Sequence[Sequence[int]]) -> Vectors:
