@@ -263,6 +263,25 @@ def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser
     retrieval.add_argument(
         "--dump", action="store_true", help="also write every question's rankings (JSON lines)"
     )
+    _add_bench_peers(bench_sub)
+
+
+def _add_bench_peers(bench_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    peers = bench_sub.add_parser(
+        "peers", help="memoryd next to mem0 on the same texts: writes/s, search latency, memory"
+    )
+    peers.add_argument("--n-write", type=int, default=1_000, help="messages for the write rate")
+    peers.add_argument("--n-total", type=int, default=5_000, help="messages before searching")
+    peers.add_argument("--n-search", type=int, default=200, help="searches, one caller")
+    peers.add_argument(
+        "--concurrency", type=int, default=0, help="callers of a load phase (0: no load phase)"
+    )
+    peers.add_argument("--only", choices=["memoryd", "mem0"], default=None, help="run one side")
+    peers.add_argument("--mem0-threads", type=int, default=1, help="torch threads for mem0")
+    peers.add_argument("--data", type=Path, default=Path("../shared/bench"))
+    peers.add_argument(
+        "--out", type=Path, default=Path("bench/results/peers"), help="writes OUT.json, OUT.md"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -331,6 +350,26 @@ def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
     asyncio.run(run_retrieval_bench(settings, options))
 
 
+def _bench_peers(args: argparse.Namespace, _settings: Settings) -> None:
+    # Each side starts its own memory system with that system's defaults: no settings here.
+    from memoryd.services.bench.peers import PeerOptions, run_peers_bench
+
+    try:
+        options = PeerOptions(
+            data=args.data,
+            out=args.out,
+            n_write=args.n_write,
+            n_total=args.n_total,
+            n_search=args.n_search,
+            concurrency=args.concurrency,
+            only=args.only,
+            mem0_threads=args.mem0_threads,
+        )
+    except ValidationError as invalid:
+        raise StartupError(f"invalid options: {describe_validation_error(invalid)}") from None
+    run_peers_bench(options)
+
+
 Command = Callable[[argparse.Namespace, Settings], None]
 COMMANDS: dict[str, Command] = {
     "up": _up,
@@ -343,6 +382,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "bench pipeline": _bench_pipeline,
     "bench retrieval": _bench_retrieval,
+    "bench peers": _bench_peers,
 }
 
 

@@ -1,0 +1,185 @@
+"""The memoryd side of ``memoryd bench peers``: `memoryd up` in a fresh folder, the SDK only.
+
+`memoryd up` is the embedded default with every component, on its own port, in a temporary
+folder; this process is its client (``MemoryClient``: record_turn, wait_until_applied, recall).
+A write counts once every projection has applied it. Run by ``peers.run_side``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from memoryd.services.bench.peers import (
+    LIMIT,
+    Figures,
+    PeerOptions,
+    Workload,
+    load_workload,
+    measure_phases,
+    progress,
+    side_main,
+    tree_peak_rss_mb,
+)
+from memoryd.shared.adapters.embedded_nats import free_port
+from memoryd.shared.adapters.nats_log import NatsUnavailable
+from memoryd.shared.client import MemoryClient
+from memoryd.shared.contracts import Scope
+
+SCOPE = Scope(tenant="bench", user_id="bench", agent_id="peer", session_id="s1")
+WARM_SCOPE = Scope(tenant="bench", user_id="warmup")
+START_TIMEOUT_S = 600.0  # the first start on a machine also exports the model (~20 s)
+APPLY_TIMEOUT_S = 3_600.0
+RECALL_TIMEOUT_S = 60.0
+# Settings that would point `memoryd up` away from the embedded default; the rest pass through.
+NOT_EMBEDDED = frozenset(
+    {
+        "MEMORYD_NATS_URL",
+        "MEMORYD_DATABASE_URL",
+        "MEMORYD_QDRANT_URL",
+        "MEMORYD_DATA_DIR",
+        "MEMORYD_EMBEDDED_NATS_PORT",
+    }
+)
+
+
+class MemorydPeer:
+    """memoryd through its SDK: one turn per message, recall with limit 10."""
+
+    name = "memoryd"
+
+    def __init__(self, client: MemoryClient) -> None:
+        self._client = client
+
+    async def write(self, index: int, text: str) -> None:
+        """Record the message as a turn (no response), like the reference script."""
+        await self._client.record_turn(SCOPE, text, "")
+
+    async def settle(self) -> None:
+        """Wait until every projection has applied everything written."""
+        await self._client.wait_until_applied(timeout=APPLY_TIMEOUT_S)
+
+    async def search(self, query: str) -> int:
+        """Recall with limit 10; return how many hybrid results came back."""
+        answer = await self._client.recall(SCOPE, query, limit=LIMIT, timeout=RECALL_TIMEOUT_S)
+        return len(answer.items)
+
+    async def load_search(self, query: str) -> int:
+        """Recall as one of several callers: requests are concurrent on one connection."""
+        return await self.search(query)
+
+
+def _environment(folder: Path) -> dict[str, str]:
+    kept = {key: value for key, value in os.environ.items() if key not in NOT_EMBEDDED}
+    return kept | {
+        "MEMORYD_DATA_DIR": str(folder / ".memoryd"),
+        "MEMORYD_EMBEDDED_NATS_PORT": str(free_port()),
+        "MEMORYD_LOG_FORMAT": "json",
+    }
+
+
+@dataclass(frozen=True)
+class Up:
+    """A `memoryd up` child: the process, the URL of its NATS, when it was spawned."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    spawned_at: float  # time.monotonic()
+
+
+def spawn_up(folder: Path) -> Up:
+    """Start `memoryd up` in ``folder``, its log in ``folder``/up.log."""
+    env = _environment(folder)
+    with (folder / "up.log").open("wb") as log:
+        spawned_at = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memoryd.services.cli", "up"],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    return Up(process, f"nats://127.0.0.1:{env['MEMORYD_EMBEDDED_NATS_PORT']}", spawned_at)
+
+
+def _check_running(process: subprocess.Popen[bytes], deadline: float) -> None:
+    if process.poll() is not None:
+        raise RuntimeError(f"memoryd up exited with status {process.returncode}")
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"memoryd up did not answer a recall within {START_TIMEOUT_S:.0f} s")
+
+
+async def _connect(process: subprocess.Popen[bytes], url: str, deadline: float) -> MemoryClient:
+    while True:
+        try:
+            return await MemoryClient.connect(url, timeout=2.0)
+        except NatsUnavailable:
+            _check_running(process, deadline)
+            await asyncio.sleep(0.05)
+
+
+async def first_answer(up: Up) -> tuple[MemoryClient, float]:
+    """Connect and recall until memoryd answers; return the client and seconds since spawn."""
+    deadline = up.spawned_at + START_TIMEOUT_S
+    client = await _connect(up.process, up.url, deadline)
+    while True:
+        try:
+            await client.recall(WARM_SCOPE, "warm-up", timeout=RECALL_TIMEOUT_S)
+            return client, time.monotonic() - up.spawned_at
+        except (NoRespondersError, NatsTimeoutError):  # recall is not subscribed yet
+            _check_running(up.process, deadline)
+            await asyncio.sleep(0.05)
+
+
+async def _warm_up(client: MemoryClient) -> None:
+    # Outside the timing, as the reference script: a first write through every projection.
+    await client.record_turn(WARM_SCOPE, "warm-up memory", "")
+    await client.wait_until_applied(timeout=APPLY_TIMEOUT_S)
+    await client.recall(WARM_SCOPE, "warm-up", timeout=RECALL_TIMEOUT_S)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop `memoryd up` as Ctrl-C would; kill it if it does not stop in 30 s."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> Figures:
+    client, cold_start = await first_answer(up)
+    progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
+    await _warm_up(client)
+    figures = await measure_phases(MemorydPeer(client), workload, options)
+    await client.close()
+    return {"cold_start_s": cold_start, **figures, "peak_rss_mb": tree_peak_rss_mb(up.process.pid)}
+
+
+async def measure(options: PeerOptions, _parent_spawned_at: float) -> Figures:
+    """Run the phases against a fresh `memoryd up`; cold start counts from spawning it."""
+    workload = load_workload(options.dataset())  # before the clock starts
+    with tempfile.TemporaryDirectory(prefix="memoryd-peers-") as folder:
+        up = spawn_up(Path(folder))
+        try:
+            return await _measure_running(up, workload, options)
+        except BaseException:
+            log = (Path(folder) / "up.log").read_text(errors="replace")
+            print(f"memoryd up's log (last lines):\n{log[-4_000:]}", file=sys.stderr)
+            raise
+        finally:
+            stop(up.process)
+
+
+if __name__ == "__main__":
+    side_main(measure, sys.argv[1:])

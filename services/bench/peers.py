@@ -1,0 +1,475 @@
+"""``memoryd bench peers``: memoryd next to mem0, its simplest peer, on the same texts.
+
+The workload is the reference scripts' (``../shared/peers``): the LongMemEval-S dev user turns,
+written one message per call into one scope, then searches with limit 10 (the questions, then
+the turn texts reversed). Each side runs in its own child process (``peer_memoryd``,
+``peer_mem0``), one after the other, and prints its figures as JSON on stdout; this module
+runs them, divides memoryd's figures by mem0's and writes ``<out>.json`` and ``<out>.md``.
+
+The figures and the table are small pure functions; the phases every side goes through
+(``measure_phases``) are shared, so both sides are timed by the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memoryd.shared.logging import configure_logging
+from memoryd.shared.settings import StartupError
+
+__all__ = [
+    "DATASET_FILE",
+    "FIGURES",
+    "SIDES",
+    "Figures",
+    "Peer",
+    "PeerOptions",
+    "Workload",
+    "command_line",
+    "descendants",
+    "latency_figures",
+    "load_workload",
+    "measure_phases",
+    "parse_vm_hwm_kb",
+    "percentile",
+    "queries",
+    "ratio",
+    "ratios",
+    "render_markdown",
+    "run_peers_bench",
+    "side_main",
+    "tree_peak_rss_mb",
+]
+
+Side = Literal["memoryd", "mem0"]
+SIDES: tuple[Side, ...] = ("memoryd", "mem0")
+SIDE_MODULES: Mapping[Side, str] = {
+    "memoryd": "memoryd.services.bench.peer_memoryd",
+    "mem0": "memoryd.services.bench.peer_mem0",
+}
+DATASET_FILE = "longmemeval_s_dev.json.gz"
+LIMIT = 10  # results per search, as in the reference scripts
+FILL_CHUNK = 1_000  # messages written between two waits while filling to n-total
+WARM_QUERIES = 5  # searches before the timed ones, untimed
+Figures = dict[str, float]
+
+# The table's rows, in order, and whether memoryd / mem0 is shown for the row.
+FIGURES: tuple[tuple[str, str, bool], ...] = (
+    ("cold_start_s", "cold start: process spawned to first search answered (s)", True),
+    ("write_msgs_per_s", "write rate, first n-write, one message per call (msgs/s)", True),
+    ("fill_msgs_per_s", "fill rate, n-write to n-total (msgs/s)", True),
+    ("search_p50_ms", "search at n-total, 1 caller, p50 (ms)", True),
+    ("search_p95_ms", "search at n-total, 1 caller, p95 (ms)", True),
+    ("search_p99_ms", "search at n-total, 1 caller, p99 (ms)", True),
+    ("search_mean_ms", "search at n-total, 1 caller, mean (ms)", True),
+    ("search_results_mean", "results per search (mean)", False),
+    ("load_callers", "load: concurrent callers", False),
+    ("load_p50_ms", "load: search p50 (ms)", True),
+    ("load_p99_ms", "load: search p99 (ms)", True),
+    ("load_requests_per_s", "load: searches/s", True),
+    ("peak_rss_mb", "peak RSS, process tree (MB)", True),
+    ("load1_start", "machine load average (1 min) at the side's start", False),
+    ("load1_end", "machine load average (1 min) at the side's end", False),
+)
+_MISSING = "n/a"
+
+
+class PeerOptions(BaseModel):
+    """What ``memoryd bench peers`` measures, and where it reads and writes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data: Path = Path("../shared/bench")
+    out: Path = Path("bench/results/peers")
+    n_write: int = Field(default=1_000, ge=1)
+    n_total: int = Field(default=5_000, ge=1)
+    n_search: int = Field(default=200, ge=1)
+    concurrency: int = Field(default=0, ge=0)
+    only: Side | None = None
+    mem0_threads: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _total_holds_the_first_writes(self) -> PeerOptions:
+        if self.n_total < self.n_write:
+            raise ValueError("n_total must be at least n_write")
+        return self
+
+    def sides(self) -> tuple[Side, ...]:
+        """Return the sides to run, in the order they run."""
+        return (self.only,) if self.only else SIDES
+
+    def dataset(self) -> Path:
+        """Return the LongMemEval-S dev file."""
+        return self.data / DATASET_FILE
+
+
+class Workload(BaseModel):
+    """The texts both sides write and the questions they are asked, in file order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    texts: tuple[str, ...]
+    questions: tuple[str, ...]
+
+    def text(self, index: int) -> str:
+        """Return the ``index``-th message written (the texts repeat past their end)."""
+        return self.texts[index % len(self.texts)]
+
+
+def load_workload(path: Path) -> Workload:
+    """Read the user turns and questions of LongMemEval-S; abstention questions left out."""
+    with gzip.open(path, "rt", encoding="utf-8") as source:
+        items = [q for q in json.load(source) if not q["question_id"].endswith("_abs")]
+    texts = [
+        turn["content"]
+        for item in items
+        for session in item["haystack_sessions"]
+        for turn in session
+        if turn["role"] == "user"
+    ]
+    return Workload(texts=tuple(texts), questions=tuple(q["question"] for q in items))
+
+
+def queries(workload: Workload, count: int) -> list[str]:
+    """Return the searches: the questions, then the turn texts from the last one back."""
+    return [*workload.questions, *reversed(workload.texts)][:count]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Return the sorted value at index round(q/100 * (n-1)), the reference scripts' rule."""
+    ordered = sorted(values)
+    index = round(q / 100 * (len(ordered) - 1))
+    return ordered[min(len(ordered) - 1, max(0, index))]
+
+
+def latency_figures(prefix: str, millis: Sequence[float]) -> Figures:
+    """Return p50, p95, p99 and the mean of latencies in milliseconds, named by ``prefix``."""
+    return {
+        f"{prefix}_p50_ms": percentile(millis, 50),
+        f"{prefix}_p95_ms": percentile(millis, 95),
+        f"{prefix}_p99_ms": percentile(millis, 99),
+        f"{prefix}_mean_ms": statistics.fmean(millis),
+    }
+
+
+def ratio(memoryd: float | None, mem0: float | None) -> float | None:
+    """Return memoryd / mem0, or None when either is missing or mem0's is zero."""
+    if memoryd is None or mem0 is None or mem0 == 0:
+        return None
+    return memoryd / mem0
+
+
+def ratios(memoryd: Mapping[str, float], mem0: Mapping[str, float]) -> dict[str, float]:
+    """Return memoryd / mem0 for every figure of the table that both sides measured."""
+    found = {
+        key: ratio(memoryd.get(key), mem0.get(key)) for key, _label, divides in FIGURES if divides
+    }
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return _MISSING
+    if value == int(value) or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _ratio_cell(value: float | None) -> str:
+    return _MISSING if value is None else f"{value:.2f}"
+
+
+def table_rows(sides: Mapping[str, Mapping[str, float]], shown: Mapping[str, float]) -> list[str]:
+    """Return the markdown table: one row per figure some side has, a column per side."""
+    names = list(sides)
+    header = ["figure", *names, "memoryd / mem0"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, label, _divides in FIGURES:
+        if not any(key in figures for figures in sides.values()):
+            continue
+        cells = [label, *(_cell(sides[n].get(key)) for n in names), _ratio_cell(shown.get(key))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """Render the report: the command, the machine, the workload, then the table."""
+    workload = report["workload"]
+    lines = [
+        "# memoryd bench peers",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Measured {report['measured_at']} on {report['machine']}; the sides ran one after "
+        f"the other ({', '.join(report['sides'])}). Workload: {workload['turns']:,} "
+        f"LongMemEval-S dev user turns ({workload['mean_chars']:.0f} characters on average), "
+        "one message per call into one scope; searches with limit 10.",
+        "",
+        *table_rows(report["sides"], report["ratios"]),
+        "",
+        "memoryd / mem0: for rates, above 1 means memoryd is faster; for times and memory, "
+        "below 1 means memoryd takes less. A write counts once searchable: for memoryd, applied "
+        "by every projection; for mem0, when `add` returns. Results per search: memoryd's "
+        "hybrid items (at most 3 per session by default, and every turn here is in one "
+        "session; its answer also holds the 7 most recent turns as pages), mem0's results. "
+        "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up` and its "
+        "nats-server; mem0: the process that runs it).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def command_line(options: PeerOptions) -> str:
+    """Return the command that reproduces a run with these options."""
+    words = [
+        "memoryd bench peers",
+        f"--n-write {options.n_write}",
+        f"--n-total {options.n_total}",
+        f"--n-search {options.n_search}",
+        f"--concurrency {options.concurrency}",
+    ]
+    if options.only:
+        words.append(f"--only {options.only}")
+    if options.mem0_threads != 1:
+        words.append(f"--mem0-threads {options.mem0_threads}")
+    return " ".join(words)
+
+
+# -- memory of a process tree, from /proc ------------------------------------------------------
+
+
+def parse_vm_hwm_kb(status: str) -> int:
+    """Return VmHWM (peak resident set, kB) from a /proc/<pid>/status text; 0 if absent."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def descendants(parents: Mapping[int, int], root: int) -> list[int]:
+    """Return ``root`` and every process below it, given each process's parent."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        parents[int(stat.parent.name)] = int(fields[1])
+    return parents
+
+
+def tree_peak_rss_mb(root: int) -> float:
+    """Return the summed VmHWM of ``root`` and its descendants, in MB (an upper bound)."""
+    total = 0
+    for pid in descendants(_parents(), root):
+        try:
+            total += parse_vm_hwm_kb(Path(f"/proc/{pid}/status").read_text())
+        except OSError:
+            continue
+    return total / 1024
+
+
+# -- the phases every side goes through --------------------------------------------------------
+
+
+class Peer(Protocol):
+    """One memory system, driven the same way on each side."""
+
+    name: str
+
+    async def write(self, index: int, text: str) -> None:
+        """Store one message."""
+
+    async def settle(self) -> None:
+        """Return once every message written so far is searchable."""
+
+    async def search(self, query: str) -> int:
+        """Search the scope with limit 10; return the number of results."""
+
+    async def load_search(self, query: str) -> int:
+        """Search as one of several concurrent callers."""
+
+
+def progress(side: str, message: str) -> None:
+    """Say how far a side is, on stderr (stdout carries only the figures)."""
+    print(f"bench peers [{side}] {message}", file=sys.stderr, flush=True)
+
+
+async def _write(peer: Peer, workload: Workload, start: int, stop: int) -> float:
+    started = time.perf_counter()
+    for index in range(start, stop):
+        await peer.write(index, workload.text(index))
+    await peer.settle()
+    return time.perf_counter() - started
+
+
+async def _write_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
+    seconds = await _write(peer, workload, 0, options.n_write)
+    figures = {"write_seconds": seconds, "write_msgs_per_s": options.n_write / seconds}
+    fill = 0.0
+    for start in range(options.n_write, options.n_total, FILL_CHUNK):
+        stop = min(start + FILL_CHUNK, options.n_total)
+        fill += await _write(peer, workload, start, stop)
+        progress(peer.name, f"filled {stop} ({fill:.0f} s)")
+    if options.n_total > options.n_write:
+        figures |= {
+            "fill_seconds": fill,
+            "fill_msgs_per_s": (options.n_total - options.n_write) / fill,
+        }
+    return figures
+
+
+async def _search_phase(peer: Peer, asked: Sequence[str]) -> Figures:
+    for query in asked[:WARM_QUERIES]:
+        await peer.search(query)
+    millis, found = [], []
+    for query in asked:
+        started = time.perf_counter()
+        found.append(await peer.search(query))
+        millis.append(1000 * (time.perf_counter() - started))
+    figures = latency_figures("search", millis)
+    return {"searches": len(asked), "search_results_mean": statistics.fmean(found), **figures}
+
+
+async def _load_phase(peer: Peer, asked: Sequence[str], callers: int) -> Figures:
+    millis: list[float] = []
+    pending = iter(asked)  # callers take the next query in turn
+
+    async def caller() -> None:
+        for query in pending:
+            started = time.perf_counter()
+            await peer.load_search(query)
+            millis.append(1000 * (time.perf_counter() - started))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    wall = time.perf_counter() - started
+    figures = latency_figures("load", millis)
+    return {"load_callers": callers, **figures, "load_requests_per_s": len(millis) / wall}
+
+
+async def measure_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
+    """Write n-write, fill to n-total, search one at a time, then under load if asked."""
+    figures = await _write_phases(peer, workload, options)
+    asked = queries(workload, options.n_search)
+    figures |= await _search_phase(peer, asked)
+    if options.concurrency:
+        figures |= await _load_phase(peer, asked, options.concurrency)
+    return figures
+
+
+# -- one side per child process ----------------------------------------------------------------
+
+Measure = Callable[[PeerOptions, float], Coroutine[Any, Any, Figures]]
+
+
+def side_main(measure: Measure, argv: Sequence[str]) -> None:
+    """Run one side in this process: ``argv`` is [options JSON, spawned-at monotonic time].
+
+    Whatever the libraries print goes to stderr; stdout carries only the figures, as JSON.
+    """
+    figures_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    configure_logging("console", "WARNING")
+    options = PeerOptions.model_validate_json(argv[0])
+    started = {"load1_start": os.getloadavg()[0]}
+    figures = asyncio.run(measure(options, float(argv[1])))
+    figures_out.write(json.dumps(started | figures | {"load1_end": os.getloadavg()[0]}) + "\n")
+    figures_out.flush()
+
+
+def run_side(side: Side, options: PeerOptions) -> Figures:
+    """Run one side in a child process and return its figures."""
+    spawned_at = time.monotonic()  # CLOCK_MONOTONIC: the child reads the same clock
+    done = subprocess.run(
+        [sys.executable, "-m", SIDE_MODULES[side], options.model_dump_json(), repr(spawned_at)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the {side} side exited with status {done.returncode} (see above)")
+    figures: Figures = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def build_report(
+    options: PeerOptions, workload: Workload, sides: Mapping[str, Figures]
+) -> dict[str, Any]:
+    """Return the report: command, machine, time, workload, each side's figures, the ratios."""
+    both = "memoryd" in sides and "mem0" in sides
+    return {
+        "benchmark": "peers",
+        "command": command_line(options),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.python_version()}, {os.cpu_count()} cpus",
+        "workload": {
+            "dataset": DATASET_FILE,
+            "turns": len(workload.texts),
+            "questions": len(workload.questions),
+            "mean_chars": statistics.fmean(len(text) for text in workload.texts),
+            "n_write": options.n_write,
+            "n_total": options.n_total,
+            "n_search": options.n_search,
+            "limit": LIMIT,
+            "concurrency": options.concurrency,
+            "mem0_threads": options.mem0_threads,
+        },
+        "sides": {side: dict(figures) for side, figures in sides.items()},
+        "ratios": ratios(sides["memoryd"], sides["mem0"]) if both else {},
+    }
+
+
+def report_paths(out: Path) -> tuple[Path, Path]:
+    """Return the JSON and markdown files ``out`` names (``out`` is their common stem)."""
+    return out.with_name(out.name + ".json"), out.with_name(out.name + ".md")
+
+
+def write_report(report: Mapping[str, Any], out: Path) -> None:
+    """Write the report as JSON and as a markdown table beside it."""
+    json_path, markdown_path = report_paths(out)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    markdown_path.write_text(render_markdown(report))
+
+
+def run_peers_bench(options: PeerOptions) -> dict[str, Any]:
+    """Run each side in turn, write ``<out>.json`` and ``<out>.md``, print the table."""
+    workload = load_workload(options.dataset())  # before any side: a wrong path fails now
+    if "mem0" in options.sides() and importlib.util.find_spec("mem0") is None:
+        raise StartupError(
+            "the mem0 side needs mem0ai: pip install -e '.[peers]' (or run --only memoryd)"
+        )
+    sides: dict[str, Figures] = {side: run_side(side, options) for side in options.sides()}
+    report = build_report(options, workload, sides)
+    write_report(report, options.out)
+    print(render_markdown(report), flush=True)
+    return report

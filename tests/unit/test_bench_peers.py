@@ -1,0 +1,223 @@
+"""Tests for the pure parts of ``memoryd bench peers``: workload, figures, ratios, table."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from memoryd.services.bench.peers import (
+    PeerOptions,
+    Workload,
+    build_report,
+    command_line,
+    descendants,
+    latency_figures,
+    load_workload,
+    parse_vm_hwm_kb,
+    percentile,
+    queries,
+    ratio,
+    ratios,
+    render_markdown,
+    report_paths,
+    table_rows,
+)
+
+
+def _question(question_id: str, question: str, *sessions: list[tuple[str, str]]) -> Any:
+    return {
+        "question_id": question_id,
+        "question": question,
+        "haystack_sessions": [
+            [{"role": role, "content": content} for role, content in session]
+            for session in sessions
+        ],
+    }
+
+
+def test_workload_is_the_user_turns_in_file_order(tmp_path: Path) -> None:
+    """User turns of every session, in order; assistant turns and abstention questions dropped."""
+    path = tmp_path / "data.json.gz"
+    items = [
+        _question("q1", "Where?", [("user", "a"), ("assistant", "x")], [("user", "b")]),
+        _question("q2_abs", "Never?", [("user", "skipped")]),
+        _question("q3", "When?", [("assistant", "y"), ("user", "c")]),
+    ]
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        json.dump(items, out)
+
+    workload = load_workload(path)
+
+    assert ("a", "b", "c") == workload.texts
+    assert ("Where?", "When?") == workload.questions
+
+
+def test_queries_are_questions_then_turns_from_the_last_back() -> None:
+    """As the reference scripts: questions first, then the turn texts reversed, cut to count."""
+    workload = Workload(texts=("t1", "t2", "t3"), questions=("q1", "q2"))
+
+    assert ["q1", "q2", "t3", "t2"] == queries(workload, 4)
+    assert ["q1"] == queries(workload, 1)
+
+
+def test_texts_repeat_past_their_end() -> None:
+    """Message i is text i modulo the number of texts."""
+    workload = Workload(texts=("t0", "t1"), questions=())
+
+    assert ["t0", "t1", "t0"] == [workload.text(i) for i in range(3)]
+
+
+def test_percentile_takes_the_rounded_rank_of_the_sorted_values() -> None:
+    """Index round(q/100 * (n-1)) of the sorted values, never outside them."""
+    values = [50.0, 10.0, 40.0, 20.0, 30.0]
+
+    assert 10.0 == percentile(values, 0)
+    assert 30.0 == percentile(values, 50)
+    assert 50.0 == percentile(values, 99)
+    assert 50.0 == percentile(values, 100)
+    assert 7.0 == percentile([7.0], 99)
+
+
+def test_latency_figures_name_each_percentile_and_the_mean() -> None:
+    """p50, p95, p99 and the mean, under the given prefix."""
+    figures = latency_figures("search", [1.0, 2.0, 3.0, 4.0, 5.0])
+
+    assert {
+        "search_p50_ms": 3.0,
+        "search_p95_ms": 5.0,
+        "search_p99_ms": 5.0,
+        "search_mean_ms": 3.0,
+    } == figures
+
+
+def test_ratio_is_memoryd_over_mem0_when_both_are_known() -> None:
+    """A missing figure or a zero divisor gives no ratio instead of failing."""
+    assert 2.5 == ratio(50.0, 20.0)
+    assert ratio(None, 20.0) is None
+    assert ratio(50.0, None) is None
+    assert ratio(50.0, 0.0) is None
+
+
+def test_ratios_cover_the_figures_both_sides_have() -> None:
+    """Rates, latencies, RSS: divided; counts, load averages and one-sided figures: left out."""
+    memoryd = {
+        "write_msgs_per_s": 50.0,
+        "search_p50_ms": 40.0,
+        "search_p99_ms": 90.0,
+        "peak_rss_mb": 600.0,
+        "load_p50_ms": 80.0,
+        "search_results_mean": 3.0,
+        "load1_start": 2.0,
+    }
+    mem0 = {
+        "write_msgs_per_s": 100.0,
+        "search_p50_ms": 10.0,
+        "search_p99_ms": 30.0,
+        "peak_rss_mb": 800.0,
+        "search_results_mean": 10.0,
+        "load1_start": 2.0,
+        "init_s": 9.0,
+    }
+
+    assert {
+        "write_msgs_per_s": 0.5,
+        "search_p50_ms": 4.0,
+        "search_p99_ms": 3.0,
+        "peak_rss_mb": 0.75,
+    } == ratios(memoryd, mem0)
+
+
+def test_table_has_a_column_per_side_and_the_ratio() -> None:
+    """One row per figure some side measured; n/a where a side or the ratio is missing."""
+    sides = {
+        "memoryd": {"write_msgs_per_s": 50.0, "peak_rss_mb": 612.4, "load_p50_ms": 81.25},
+        "mem0": {"write_msgs_per_s": 100.0, "peak_rss_mb": 800.0},
+    }
+
+    rows = table_rows(sides, ratios(sides["memoryd"], sides["mem0"]))
+
+    assert "| figure | memoryd | mem0 | memoryd / mem0 |" == rows[0]
+    assert "| write rate, first n-write, one message per call (msgs/s) | 50 | 100 | 0.50 |" in rows
+    assert "| peak RSS, process tree (MB) | 612 | 800 | 0.77 |" in rows
+    assert "| load: search p50 (ms) | 81.2 | n/a | n/a |" in rows
+    assert 2 + 3 == len(rows)
+
+
+def test_one_side_alone_has_no_ratios() -> None:
+    """--only: the report holds that side's figures and an empty ratio table."""
+    options = PeerOptions(only="memoryd", n_write=2, n_total=4, n_search=1)
+    workload = Workload(texts=("ab", "abcd"), questions=("q",))
+
+    report = build_report(options, workload, {"memoryd": {"write_msgs_per_s": 5.0}})
+
+    assert {} == report["ratios"]
+    assert {"memoryd": {"write_msgs_per_s": 5.0}} == report["sides"]
+    assert 3.0 == report["workload"]["mean_chars"]
+    assert "| write rate, first n-write, one message per call (msgs/s) | 5 | n/a |" in (
+        render_markdown(report)
+    )
+
+
+def test_both_sides_give_ratios_in_the_report() -> None:
+    """With both sides, the report divides memoryd's figures by mem0's."""
+    options = PeerOptions()
+    workload = Workload(texts=("ab",), questions=("q",))
+    sides = {"memoryd": {"search_p50_ms": 30.0}, "mem0": {"search_p50_ms": 10.0}}
+
+    report = build_report(options, workload, sides)
+
+    assert {"search_p50_ms": 3.0} == report["ratios"]
+    assert report["command"] in render_markdown(report)
+
+
+def test_command_line_names_every_size() -> None:
+    """The report's command reproduces the run."""
+    options = PeerOptions(n_write=20, n_total=40, n_search=5, only="mem0", mem0_threads=2)
+
+    assert (
+        "memoryd bench peers --n-write 20 --n-total 40 --n-search 5 --concurrency 0 "
+        "--only mem0 --mem0-threads 2"
+    ) == command_line(options)
+
+
+def test_defaults_are_the_issue_sizes() -> None:
+    """1,000 writes timed, 5,000 in the scope, 200 searches, no load phase, both sides."""
+    assert (
+        "memoryd bench peers --n-write 1000 --n-total 5000 --n-search 200 --concurrency 0"
+    ) == command_line(PeerOptions())
+    assert ("memoryd", "mem0") == PeerOptions().sides()
+
+
+def test_total_below_the_first_writes_is_refused() -> None:
+    """n-total counts the first n-write messages, so it cannot be smaller."""
+    with pytest.raises(ValidationError, match="n_total must be at least n_write"):
+        PeerOptions(n_write=100, n_total=50)
+
+
+def test_out_is_the_stem_of_both_files() -> None:
+    """--out bench/results/peers writes peers.json and peers.md."""
+    json_path, markdown_path = report_paths(Path("bench/results/peers"))
+
+    assert Path("bench/results/peers.json") == json_path
+    assert Path("bench/results/peers.md") == markdown_path
+
+
+def test_vm_hwm_is_read_from_a_status_text() -> None:
+    """The peak resident set in kB; 0 when the line is absent (a kernel thread)."""
+    status = "Name:\tpython\nVmPeak:\t  900 kB\nVmHWM:\t  51200 kB\nVmRSS:\t  40000 kB\n"
+
+    assert 51_200 == parse_vm_hwm_kb(status)
+    assert 0 == parse_vm_hwm_kb("Name:\tkthreadd\n")
+
+
+def test_descendants_walk_the_whole_tree_below_the_root() -> None:
+    """Children and grandchildren count; siblings and the parent of the root do not."""
+    parents = {1: 0, 10: 1, 11: 10, 12: 10, 13: 12, 20: 1}
+
+    assert [10, 11, 12, 13] == sorted(descendants(parents, 10))
+    assert [5] == descendants(parents, 5)
