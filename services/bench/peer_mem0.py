@@ -155,7 +155,7 @@ async def measure(options: PeerOptions, spawned_at: float) -> Figures:
     """Run the phases on a fresh mem0; cold start counts from the parent spawning this process."""
     with tempfile.TemporaryDirectory(prefix="memoryd-peers-mem0-") as folder:
         figures = await _measure_in(Path(folder), options, spawned_at)
-    return figures | {"peak_rss_mb": tree_peak_rss_mb(os.getpid())}
+    return figures | tree_peak_rss_mb(os.getpid())
 
 
 if __name__ == "__main__":

@@ -163,7 +163,7 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
     await _warm_up(client)
     figures = await measure_phases(MemorydPeer(client), workload, options)
     await client.close()
-    return {"cold_start_s": cold_start, **figures, "peak_rss_mb": tree_peak_rss_mb(up.process.pid)}
+    return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
 
 
 async def measure(options: PeerOptions, _parent_spawned_at: float) -> Figures:

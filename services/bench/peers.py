@@ -83,6 +83,7 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("load_p99_ms", "load: search p99 (ms)", True),
     ("load_requests_per_s", "load: searches/s", True),
     ("peak_rss_mb", "peak RSS, process tree (MB)", True),
+    ("peak_rss_main_mb", "peak RSS, the main process alone (MB)", False),
     ("load1_start", "machine load average (1 min) at the side's start", False),
     ("load1_end", "machine load average (1 min) at the side's end", False),
 )
@@ -286,15 +287,20 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def tree_peak_rss_mb(root: int) -> float:
-    """Return the summed VmHWM of ``root`` and its descendants, in MB (an upper bound)."""
-    total = 0
-    for pid in descendants(_parents(), root):
-        try:
-            total += parse_vm_hwm_kb(Path(f"/proc/{pid}/status").read_text())
-        except OSError:
-            continue
-    return total / 1024
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        return parse_vm_hwm_kb(Path(f"/proc/{pid}/status").read_text()) / 1024
+    except OSError:
+        return 0.0  # the process ended while we looked
+
+
+def tree_peak_rss_mb(root: int) -> Figures:
+    """Return the summed VmHWM of ``root`` and its descendants (an upper bound), and root's own.
+
+    In MB: ``peak_rss_mb`` for the tree, ``peak_rss_main_mb`` for ``root`` alone.
+    """
+    tree = sum(_peak_rss_mb(pid) for pid in descendants(_parents(), root))
+    return {"peak_rss_mb": tree, "peak_rss_main_mb": _peak_rss_mb(root)}
 
 
 # -- the phases every side goes through --------------------------------------------------------

@@ -27,6 +27,7 @@ FIGURES = (
     "search_p95_ms",
     "search_p99_ms",
     "peak_rss_mb",
+    "peak_rss_main_mb",
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from memoryd.services.bench.peers import (
     render_markdown,
     report_paths,
     table_rows,
+    tree_peak_rss_mb,
 )
 
 
@@ -221,3 +223,11 @@ def test_descendants_walk_the_whole_tree_below_the_root() -> None:
 
     assert [10, 11, 12, 13] == sorted(descendants(parents, 10))
     assert [5] == descendants(parents, 5)
+
+
+def test_peak_rss_of_this_process_tree_holds_its_main_process() -> None:
+    """The tree's peak is at least the main process's own, and both are read from /proc."""
+    figures = tree_peak_rss_mb(os.getpid())
+
+    assert figures["peak_rss_main_mb"] > 0
+    assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"]
