@@ -80,6 +80,7 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("search_results_mean", "results per search (mean)", False),
     ("load_callers", "load: concurrent callers", False),
     ("load_p50_ms", "load: search p50 (ms)", True),
+    ("load_p95_ms", "load: search p95 (ms)", True),
     ("load_p99_ms", "load: search p99 (ms)", True),
     ("load_requests_per_s", "load: searches/s", True),
     ("peak_rss_mb", "peak RSS, process tree (MB)", True),
