@@ -239,6 +239,7 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pipeline.add_argument("--concurrency", type=int, default=8)
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
     _add_bench_retrieval(bench_sub)
+    _add_bench_peers(bench_sub)
 
 
 def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -263,7 +264,6 @@ def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser
     retrieval.add_argument(
         "--dump", action="store_true", help="also write every question's rankings (JSON lines)"
     )
-    _add_bench_peers(bench_sub)
 
 
 def _add_bench_peers(bench_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
