@@ -69,8 +69,14 @@ class MemorydPeer:
         await self._client.wait_until_applied(timeout=APPLY_TIMEOUT_S)
 
     async def search(self, query: str) -> int:
-        """Recall with limit 10; return how many hybrid results came back."""
-        answer = await self._client.recall(SCOPE, query, limit=LIMIT, timeout=RECALL_TIMEOUT_S)
+        """Recall with limit 10; return how many hybrid results came back.
+
+        Every turn is in one session here: ``max_per_session`` is the limit, so recall ranks
+        ten items as mem0's search does (the default keeps three per session).
+        """
+        answer = await self._client.recall(
+            SCOPE, query, limit=LIMIT, max_per_session=LIMIT, timeout=RECALL_TIMEOUT_S
+        )
         return len(answer.items)
 
     async def load_search(self, query: str) -> int:
