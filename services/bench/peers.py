@@ -227,8 +227,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "memoryd / mem0: for rates, above 1 means memoryd is faster; for times and memory, "
         "below 1 means memoryd takes less. A write counts once searchable: for memoryd, applied "
         "by every projection; for mem0, when `add` returns. Results per search: memoryd's "
-        "hybrid items (at most 3 per session by default, and every turn here is in one "
-        "session; its answer also holds the 7 most recent turns as pages), mem0's results. "
+        "hybrid items (asked with 10 per session: every turn here is in one session; its "
+        "answer also holds the 7 most recent turns as pages), mem0's results. "
         "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up` and its "
         "nats-server; mem0: the process that runs it).",
         "",

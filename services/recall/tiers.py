@@ -273,6 +273,14 @@ def with_tiers(
     )
 
 
+async def _persona_with_provenance(
+    session: AsyncSession, user: tuple[str, str]
+) -> tuple[Persona, dict[str, Provenance]]:
+    """Read a persona and the turns behind it together: both are the persona worker's."""
+    persona = await load_persona(session, user)
+    return persona, await load_provenance(session, persona_sources(persona))
+
+
 class TierRecall:
     """Answer the MemoryOS part of a recall from the tier read models."""
 
@@ -302,15 +310,16 @@ class TierRecall:
 
     async def _find(self, session: AsyncSession, request: RecallRequest) -> _Found:
         """Read the user's segments and persona; rank the segments and read their pages."""
-        segments, persona = await self._state(session, request.scope)
+        segments, (persona, provenance) = await self._state(session, request.scope)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
         pages = await load_pages(session, [entry.item.id for entry in top])
-        provenance = await load_provenance(session, persona_sources(persona))
         return _Found(query_vec, top, pages, persona, provenance)
 
-    async def _state(self, session: AsyncSession, scope: Scope) -> tuple[list[Segment], Persona]:
-        """Return the user's segments and persona, decoded once per write of their tier."""
+    async def _state(
+        self, session: AsyncSession, scope: Scope
+    ) -> tuple[list[Segment], tuple[Persona, dict[str, Provenance]]]:
+        """Return the user's segments, persona and its provenance, read once per tier write."""
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.read(
             session,
@@ -322,7 +331,7 @@ class TierRecall:
             session,
             subjects.PERSONA_CONSUMER,
             ("persona", user),
-            lambda fresh: load_persona(fresh, user),
+            lambda fresh: _persona_with_provenance(fresh, user),
         )
         return segments, persona
 
