@@ -70,6 +70,7 @@ from memoryd.shared.adapters.nats_log import (
     ensure_streams,
     server_list,
 )
+from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.domain.memoryos import MemoryOsParams
@@ -519,13 +520,16 @@ async def _open_database(
 async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
     decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
+    notifier = NotificationPublisher.from_settings(stack.js, stack.settings)
     for projection in build_projections(stack.settings, components, stack.retrieval, decisions):
-        await _start_worker(stack, projection)
+        await _start_worker(stack, projection, notifier)
     if "indexer" in components:  # daily memories expire as events
         _start_retention(stack)
 
 
-async def _start_worker(stack: Stack, projection: Projection) -> None:
+async def _start_worker(
+    stack: Stack, projection: Projection, notifier: NotificationPublisher
+) -> None:
     """Run ``projection`` in a pull worker that stops with the stack."""
     settings = stack.settings
     runner = ProjectionRunner(
@@ -533,6 +537,7 @@ async def _start_worker(stack: Stack, projection: Projection) -> None:
         stack.sessions,
         stack.nc,
         stack.publisher,
+        notifier=notifier,
         stream=settings.stream_name,
         readers=stack.readers,
         max_attempts=settings.max_attempts,

@@ -109,8 +109,8 @@ async def run_tiers_demo(client: MemoryClient, out: list[str] | None = None) -> 
                 answer = await client.recall(scope, "what ramen does the user like?")
                 lines.append(tier_line(i, answer))
         await client.wait_until_applied()
-        while not queue.empty():
-            note = queue.get_nowait()
+        while queue.held():
+            note = await queue.get()
             kinds[note.kind] = kinds.get(note.kind, 0) + 1
     answer = await client.recall(scope, "where does the user live?")
     lines.append(f"notifications seen: {dict(sorted(kinds.items()))}")

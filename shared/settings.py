@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     stream_replicas: int = Field(default=1, ge=1, le=5)
     duplicate_window_seconds: float = Field(default=300.0, gt=0)
     dead_letter_stream: str = "MEMORYD_DLQ"
+    # Memory-updated notifications are kept in their own stream, so a subscriber that was
+    # down, slow or reconnecting reads what it missed: kept this long and up to this size
+    # (the oldest go first), whichever limit is reached first.
+    notify_stream_name: str = "MEMORYD_NOTIFY"
+    notify_max_age_seconds: float = Field(default=7 * 24 * 3_600.0, gt=0)
+    notify_max_bytes: int = Field(default=1024**3, ge=1_024)
 
     stm_capacity: int = Field(default=7, ge=1, le=1000)
     batch_size: int = Field(default=256, ge=1, le=10_000)

@@ -5,7 +5,7 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
 
     memoryd.ev.<tenant>.<user>.<event type>     every event (the log, stream MEMORYD)
     memoryd.dlq.<consumer>                      dead letters (stream MEMORYD_DLQ)
-    memoryd.notify.<tenant>.<user>.<kind>       memory-updated notifications (core NATS)
+    memoryd.notify.<tenant>.<user>.<kind>       memory-updated notifications (stream MEMORYD_NOTIFY)
     memoryd.rpc.recall                          recall request-reply (queue group)
 """
 
@@ -18,6 +18,7 @@ ALL_EVENTS = f"{EVENTS_PREFIX}.>"
 DLQ_PREFIX = "memoryd.dlq"
 ALL_DEAD_LETTERS = f"{DLQ_PREFIX}.>"
 NOTIFY_PREFIX = "memoryd.notify"
+ALL_NOTIFICATIONS = f"{NOTIFY_PREFIX}.>"
 RECALL_SUBJECT = "memoryd.rpc.recall"
 RECALL_QUEUE = "memoryd-recall"
 

@@ -88,7 +88,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: s
 async def _delete_streams(url: str, settings: Settings) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    for name in (settings.stream_name, settings.dead_letter_stream):
+    for name in (settings.stream_name, settings.dead_letter_stream, settings.notify_stream_name):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
     await nc.close()

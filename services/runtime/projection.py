@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
+from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.contracts.catalog import AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
@@ -183,6 +184,9 @@ class ProjectionRunner:
     directly, so events are always applied in log order and never skipped.
     """
 
+    # Seconds before the first retry in place of a failing message; each next one doubles.
+    retry_delay = 0.2
+
     def __init__(
         self,
         projection: Projection,
@@ -190,10 +194,10 @@ class ProjectionRunner:
         nc: NatsClient,
         publisher: EventPublisher,
         *,
+        notifier: NotificationPublisher,
         stream: str,
         readers: async_sessionmaker[AsyncSession],
         max_attempts: int = 5,
-        retry_delay: float = 0.2,
     ) -> None:
         self.projection = projection
         self._sessions = sessions
@@ -201,9 +205,9 @@ class ProjectionRunner:
         self._nc = nc
         self._js = nc.jetstream()
         self._publisher = publisher
+        self._notifier = notifier
         self._stream = stream
         self._max_attempts = max_attempts
-        self._retry_delay = retry_delay
         self._log = log.bind(consumer=projection.consumer)
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
@@ -318,7 +322,7 @@ class ProjectionRunner:
                 attempts += 1
                 if entry.msg is not None:
                     await entry.msg.in_progress()
-                await asyncio.sleep(self._retry_delay * 2 ** (attempts - 2))
+                await asyncio.sleep(self.retry_delay * 2 ** (attempts - 2))
 
     async def _advance(self, through: int) -> None:
         """Move the position to ``through``, applying nothing (those messages are handled)."""
@@ -338,8 +342,5 @@ class ProjectionRunner:
         )
 
     async def _notify(self, notifications: Sequence[MemoryUpdated]) -> None:
-        for note in notifications:
-            await self._nc.publish(
-                subjects.notify_subject(note.tenant, note.user_id, note.kind),
-                note.model_dump_json().encode(),
-            )
+        if notifications:
+            await self._notifier.publish(notifications)

@@ -109,9 +109,34 @@ def dead_letter_stream_config(settings: Settings) -> api.StreamConfig:
     )
 
 
+def notification_stream_config(settings: Settings) -> api.StreamConfig:
+    """Describe the stream that keeps memory-updated notifications for durable subscribers.
+
+    It captures what the workers publish on the notify subjects (live subscribers get the same
+    messages), keeps them ``notify_max_age_seconds`` and up to ``notify_max_bytes``, dropping
+    the oldest first, and drops a notification published twice (same Nats-Msg-Id).
+    """
+    return api.StreamConfig(
+        name=settings.notify_stream_name,
+        subjects=[subjects.ALL_NOTIFICATIONS],
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        discard=api.DiscardPolicy.OLD,
+        max_age=settings.notify_max_age_seconds,
+        max_bytes=settings.notify_max_bytes,
+        duplicate_window=min(settings.duplicate_window_seconds, settings.notify_max_age_seconds),
+        num_replicas=settings.stream_replicas,
+    )
+
+
 async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
-    """Create the event and dead-letter streams, or bring their config up to date."""
-    for config in (event_stream_config(settings), dead_letter_stream_config(settings)):
+    """Create the event, dead-letter and notification streams, or bring their config up to date."""
+    configs = (
+        event_stream_config(settings),
+        dead_letter_stream_config(settings),
+        notification_stream_config(settings),
+    )
+    for config in configs:
         try:
             await js.stream_info(config.name or "")
         except NotFoundError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -10,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
+from nats.js import api
 from pydantic import TypeAdapter
 
 from memoryd.shared import subjects
@@ -18,6 +18,13 @@ from memoryd.shared.adapters.nats_log import (
     EventPublisher,
     connect,
     wait_until_applied,
+)
+from memoryd.shared.client.notifications import (
+    LiveNotifications,
+    Notifications,
+    Start,
+    StreamNotifications,
+    consumer_config,
 )
 from memoryd.shared.contracts.events import (
     Category,
@@ -81,6 +88,7 @@ class MemoryClient:
         nc: NatsClient,
         stream: str = "MEMORYD",
         *,
+        notify_stream: str = "MEMORYD_NOTIFY",
         publish_attempts: int = 10,
         publish_timeout: float = 30.0,
         publish_ack_timeout: float = 2.0,
@@ -88,6 +96,7 @@ class MemoryClient:
         self._nc = nc
         self._js = nc.jetstream()
         self._stream = stream
+        self._notify_stream = notify_stream
         self._publisher = EventPublisher(
             self._js,
             stream,
@@ -102,6 +111,7 @@ class MemoryClient:
         url: str,
         stream: str = "MEMORYD",
         *,
+        notify_stream: str = "MEMORYD_NOTIFY",
         timeout: float = DEFAULT_CONNECT_TIMEOUT,
         publish_attempts: int = 10,
         publish_timeout: float = 30.0,
@@ -116,6 +126,7 @@ class MemoryClient:
         return cls(
             nc,
             stream,
+            notify_stream=notify_stream,
             publish_attempts=publish_attempts,
             publish_timeout=publish_timeout,
             publish_ack_timeout=publish_ack_timeout,
@@ -127,6 +138,7 @@ class MemoryClient:
         return await cls.connect(
             url or settings.nats_url or settings.embedded_nats_url(),
             settings.stream_name,
+            notify_stream=settings.notify_stream_name,
             timeout=settings.connect_timeout_seconds,
             publish_attempts=settings.publish_attempts,
             publish_timeout=settings.publish_timeout_seconds,
@@ -257,19 +269,72 @@ class MemoryClient:
 
     @asynccontextmanager
     async def notifications(
-        self, tenant: str, user_id: str | None = None
-    ) -> AsyncIterator[asyncio.Queue[MemoryUpdated]]:
-        """Subscribe to memory-updated notifications of a tenant (or one user) as a queue."""
-        queue: asyncio.Queue[MemoryUpdated] = asyncio.Queue()
+        self,
+        tenant: str,
+        user_id: str | None = None,
+        *,
+        start: Start = "new",
+        durable: str | None = None,
+        max_pending: int = 256,
+        ack_wait: float = 30.0,
+    ) -> AsyncIterator[Notifications]:
+        """Subscribe to the memory-updated notifications of a tenant (or one user).
+
+        With the defaults: a live subscription to what is published from now on, holding at
+        most ``max_pending`` notifications the app has not taken (more are dropped and counted
+        in ``dropped``). With ``durable`` (a consumer name: letters, digits, ``-``, ``_``) or
+        another ``start`` ("all", a notification stream sequence, an aware datetime): read
+        from the notification stream, in order, nothing dropped; a durable subscription
+        resumes after the last notification it acknowledged (``start`` applies only when the
+        name is first used), one taken is acknowledged when the next is asked for or the
+        block ends without an error, and at most ``max_pending`` are handed out
+        unacknowledged (one left unacknowledged comes back after ``ack_wait`` seconds).
+        """
+        subject = subjects.notify_filter(tenant, user_id)
+        if durable is None and start == "new":
+            async with self._live_notifications(subject, max_pending) as live:
+                yield live
+            return
+        config = consumer_config(
+            subject, start, durable=durable, max_pending=max_pending, ack_wait=ack_wait
+        )
+        async with self._stream_notifications(subject, config, max_pending) as stored:
+            yield stored
+
+    @asynccontextmanager
+    async def _live_notifications(
+        self, subject: str, max_pending: int
+    ) -> AsyncIterator[LiveNotifications]:
+        live = LiveNotifications(max_pending)
 
         async def deliver(msg: Any) -> None:
-            await queue.put(MemoryUpdated.model_validate_json(msg.data))
+            live.deliver(MemoryUpdated.model_validate_json(msg.data))
 
-        subscription = await self._nc.subscribe(subjects.notify_filter(tenant, user_id), cb=deliver)
+        subscription = await self._nc.subscribe(subject, cb=deliver)
         await self._nc.flush()
         try:
-            yield queue
+            yield live
         finally:
+            await subscription.unsubscribe()
+
+    @asynccontextmanager
+    async def _stream_notifications(
+        self, subject: str, config: api.ConsumerConfig, max_pending: int
+    ) -> AsyncIterator[StreamNotifications]:
+        subscription = await self._js.pull_subscribe(
+            subject, durable=config.durable_name, stream=self._notify_stream, config=config
+        )
+        stored = StreamNotifications(subscription, max_pending)
+        completed = False
+        try:
+            yield stored
+            completed = True
+        finally:
+            await stored.close(completed=completed)
+            if config.durable_name is None:
+                await self._js.delete_consumer(
+                    self._notify_stream, (await subscription.consumer_info()).name
+                )
             await subscription.unsubscribe()
 
     async def wait_until_applied(

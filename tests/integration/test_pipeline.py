@@ -240,6 +240,43 @@ async def test_subscribers_are_notified_of_changes(stack: Stack, client: MemoryC
     assert (memory_id,) == kinds["memory.stored"].item_ids
 
 
+async def test_a_durable_subscriber_restarted_gets_the_missed_notifications_of_the_workers(
+    stack: Stack, client: MemoryClient
+) -> None:
+    """Stopped after the first turns' notifications and restarted after more turns, a durable
+    subscriber gets the rest of what the workers published, each once, in the stream's order,
+    and its page.added notifications follow the user's turns."""
+    scope = scope_for()
+    notify_stream = stack.settings.notify_stream_name
+    first = await record_turns(client, scope, 3)
+    await client.wait_until_applied()
+    stored = await stored_notifications(stack, scope)
+    async with client.notifications(scope.tenant, scope.user_id, durable="app", start="all") as u:
+        before = [await asyncio.wait_for(u.get(), 10) for _ in range(stored)]
+    later = await record_turns(client, scope, 3)
+    await client.wait_until_applied()
+    missed = await stored_notifications(stack, scope) - stored
+
+    async with client.notifications(scope.tenant, scope.user_id, durable="app") as u:
+        after = [await asyncio.wait_for(u.get(), 10) for _ in range(missed)]
+    info = await stack.js.consumer_info(notify_stream, "app")
+
+    assert 0 < missed
+    assert (0, 0) == (info.num_pending, info.num_ack_pending)  # none left, none doubled
+    pages = [note.event_id for note in before + after if note.kind == "page.added"]
+    assert first + later == pages
+    assert len({note.model_dump_json() for note in before + after}) == len(before + after)
+
+
+async def stored_notifications(stack: Stack, scope: Scope) -> int:
+    """Return how many notifications of ``scope``'s user the notification stream holds."""
+    info = await stack.js.stream_info(
+        stack.settings.notify_stream_name,
+        subjects_filter=subjects.notify_filter(scope.tenant, scope.user_id),
+    )
+    return sum((info.state.subjects or {}).values())
+
+
 async def test_replay_rebuilds_identical_read_models(stack: Stack, client: MemoryClient) -> None:
     """Dropping the read models and replaying the log gives the same checksums."""
     for _ in range(3):

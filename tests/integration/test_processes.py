@@ -66,7 +66,7 @@ async def clean_log(nats_url: str) -> tuple[nats.aio.client.Client, Settings]:
     """Connect to the test's nats-server and delete memoryd's streams; return the connection."""
     settings = Settings(nats_url=nats_url)
     nc = await nats.connect(nats_url)
-    for name in (settings.stream_name, settings.dead_letter_stream):
+    for name in (settings.stream_name, settings.dead_letter_stream, settings.notify_stream_name):
         with contextlib.suppress(NotFoundError):
             await nc.jetstream().delete_stream(name)
     return nc, settings

@@ -1,0 +1,181 @@
+"""Subscriptions to memory-updated notifications: live, or read from the notification stream.
+
+Two forms, one interface (``await updates.get()`` or ``async for note in updates``):
+
+- ``LiveNotifications``: what is published while subscribed (core NATS). It holds at most
+  ``max_pending`` notifications the app has not taken yet; past that, new ones are dropped
+  and counted in ``dropped``, so a slow app never grows memory without bound.
+- ``StreamNotifications``: read from the notification stream through a JetStream pull
+  consumer, durable (named: it resumes where it left off) or not, from a start point. The
+  server hands out at most ``max_pending`` notifications that are not acknowledged yet
+  (``max_ack_pending``), and the client asks for more only when the app has taken what it
+  holds: memory stays bounded however far behind the app is, and nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from datetime import datetime
+from typing import Literal, Protocol
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from memoryd.shared.contracts.notifications import MemoryUpdated
+
+# Where a subscription starts: "new" (only what is published from now), "all" (everything the
+# stream still holds), a notification stream sequence (int), or a time (aware datetime).
+Start = Literal["new", "all"] | int | datetime
+
+# How long one fetch waits on the server before asking again (it returns at once on a message).
+FETCH_WAIT_SECONDS = 5.0
+# An unnamed stream subscription's consumer is removed this long after its client went away.
+EPHEMERAL_INACTIVE_SECONDS = 60.0
+
+
+def consumer_config(
+    filter_subject: str,
+    start: Start,
+    *,
+    durable: str | None,
+    max_pending: int,
+    ack_wait: float,
+) -> api.ConsumerConfig:
+    """Describe the pull consumer of a stream subscription starting at ``start``.
+
+    ``max_pending`` bounds the notifications handed out and not yet acknowledged, which also
+    keeps them in order after a subscriber dies holding some (the next one gets them first).
+    """
+    config = api.ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        max_ack_pending=max_pending,
+        inactive_threshold=None if durable else EPHEMERAL_INACTIVE_SECONDS,
+    )
+    if start == "new":
+        config.deliver_policy = api.DeliverPolicy.NEW
+    elif start == "all":
+        config.deliver_policy = api.DeliverPolicy.ALL
+    elif isinstance(start, datetime):
+        if start.tzinfo is None:
+            raise ValueError("a start time must carry a timezone")
+        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
+        config.opt_start_time = start
+    elif isinstance(start, int) and start >= 1:
+        config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start
+    else:
+        raise ValueError(f"start must be 'new', 'all', a sequence >= 1 or a time, not {start!r}")
+    return config
+
+
+class Notifications(Protocol):
+    """A subscription's notifications: ``await get()`` or ``async for``."""
+
+    sequence: int | None
+
+    async def get(self) -> MemoryUpdated:
+        """Return the next notification, waiting for one."""
+        ...
+
+    def held(self) -> int:
+        """Return how many notifications are held for the app, not taken yet."""
+        ...
+
+    def __aiter__(self) -> Notifications: ...
+
+    async def __anext__(self) -> MemoryUpdated: ...
+
+
+class LiveNotifications:
+    """Notifications published while subscribed, at most ``max_pending`` held for the app."""
+
+    def __init__(self, max_pending: int) -> None:
+        self._queue: asyncio.Queue[MemoryUpdated] = asyncio.Queue(maxsize=max_pending)
+        self.dropped = 0  # notifications that arrived while ``max_pending`` were held
+        self.sequence: int | None = None  # live notifications carry no stream sequence
+
+    def deliver(self, note: MemoryUpdated) -> None:
+        """Hold ``note`` for the app, or count it dropped when the app is too far behind."""
+        try:
+            self._queue.put_nowait(note)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def get(self) -> MemoryUpdated:
+        """Return the next notification, waiting for one."""
+        return await self._queue.get()
+
+    def held(self) -> int:
+        """Return how many notifications are held for the app, not taken yet."""
+        return self._queue.qsize()
+
+    def __aiter__(self) -> LiveNotifications:
+        return self
+
+    async def __anext__(self) -> MemoryUpdated:
+        return await self.get()
+
+
+class StreamNotifications:
+    """Notifications read from the notification stream, in stream order, acknowledged as taken.
+
+    A notification is acknowledged when the app asks for the next one, or when the
+    subscription closes without an error: one the app was handling when it failed is
+    delivered again. ``sequence`` is the notification stream sequence of the last one taken
+    (a later subscription can start after it).
+    """
+
+    def __init__(self, subscription: JetStreamContext.PullSubscription, max_pending: int) -> None:
+        self._subscription = subscription
+        self._max_pending = max_pending
+        self._buffer: deque[Msg] = deque()
+        self._in_hand: Msg | None = None
+        self.sequence: int | None = None
+
+    async def get(self) -> MemoryUpdated:
+        """Acknowledge the notification taken before; return the next one, waiting for it."""
+        await self._acknowledge_in_hand()
+        while not self._buffer:
+            self._buffer.extend(await self._fetch())
+        msg = self._buffer.popleft()
+        note = MemoryUpdated.model_validate_json(msg.data)
+        self._in_hand = msg
+        self.sequence = msg.metadata.sequence.stream
+        return note
+
+    def held(self) -> int:
+        """Return how many notifications are fetched and held for the app, not taken yet."""
+        return len(self._buffer)
+
+    async def close(self, *, completed: bool) -> None:
+        """Acknowledge the last one taken when the app ``completed`` it; hand back the rest.
+
+        Fetched notifications the app never took are released at once (in order, so the
+        next subscriber on the consumer gets them first), not after the acknowledgement wait.
+        """
+        if completed:
+            await self._acknowledge_in_hand()
+        for msg in self._buffer:
+            await msg.nak()
+        self._buffer.clear()
+
+    async def _acknowledge_in_hand(self) -> None:
+        if self._in_hand is not None:
+            await self._in_hand.ack_sync()
+            self._in_hand = None
+
+    async def _fetch(self) -> list[Msg]:
+        try:
+            return await self._subscription.fetch(self._max_pending, timeout=FETCH_WAIT_SECONDS)
+        except TimeoutError:  # nats-py raises the built-in one or its own subclass
+            return []
+
+    def __aiter__(self) -> StreamNotifications:
+        return self
+
+    async def __anext__(self) -> MemoryUpdated:
+        return await self.get()
