@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -10,6 +11,7 @@ from typing import Any
 
 from nats.aio.client import Client as NatsClient
 from nats.js import api
+from nats.js.errors import NotFoundError
 from pydantic import TypeAdapter
 
 from memoryd.shared import subjects
@@ -24,6 +26,7 @@ from memoryd.shared.client.notifications import (
     Notifications,
     Start,
     StreamNotifications,
+    check_durable,
     consumer_config,
 )
 from memoryd.shared.contracts.events import (
@@ -321,6 +324,10 @@ class MemoryClient:
     async def _stream_notifications(
         self, subject: str, config: api.ConsumerConfig, max_pending: int
     ) -> AsyncIterator[StreamNotifications]:
+        if config.durable_name is not None:
+            with contextlib.suppress(NotFoundError):
+                existing = await self._js.consumer_info(self._notify_stream, config.durable_name)
+                check_durable(existing.config, config)
         subscription = await self._js.pull_subscribe(
             subject, durable=config.durable_name, stream=self._notify_stream, config=config
         )

@@ -34,6 +34,15 @@ FETCH_WAIT_SECONDS = 5.0
 EPHEMERAL_INACTIVE_SECONDS = 60.0
 
 
+def check_durable(existing: api.ConsumerConfig, wanted: api.ConsumerConfig) -> None:
+    """Refuse to resume a durable consumer that follows other subjects than asked for."""
+    if existing.filter_subject != wanted.filter_subject:
+        raise ValueError(
+            f"durable {wanted.durable_name!r} follows {existing.filter_subject!r}, not "
+            f"{wanted.filter_subject!r}: use another name for another tenant or user"
+        )
+
+
 def consumer_config(
     filter_subject: str,
     start: Start,
@@ -154,11 +163,15 @@ class StreamNotifications:
     async def close(self, *, completed: bool) -> None:
         """Acknowledge the last one taken when the app ``completed`` it; hand back the rest.
 
-        Fetched notifications the app never took are released at once (in order, so the
-        next subscriber on the consumer gets them first), not after the acknowledgement wait.
+        The rest (the one taken when the app failed, and those fetched and never taken) are
+        released at once, in order, so the next subscriber on the consumer gets them first
+        instead of after the acknowledgement wait.
         """
         if completed:
             await self._acknowledge_in_hand()
+        elif self._in_hand is not None:
+            self._buffer.appendleft(self._in_hand)
+            self._in_hand = None
         for msg in self._buffer:
             await msg.nak()
         self._buffer.clear()

@@ -178,3 +178,32 @@ async def test_a_notification_published_twice_is_stored_once(
 
     info = await client._js.stream_info(settings.notify_stream_name)
     assert 1 == info.state.messages
+
+
+async def test_a_notification_the_app_failed_on_comes_again_first(
+    memory: tuple[MemoryClient, Feed, Settings],
+) -> None:
+    """Leaving with an error while handling the third: the next subscription starts with it."""
+    client, feed, _ = memory
+    await feed.publish(5, ("alice",))
+    with pytest.raises(RuntimeError):
+        async with client.notifications(feed.tenant, durable="app", start="all") as u:
+            handled = await take(u, 3)
+            raise RuntimeError("the app failed on the third")
+    async with client.notifications(feed.tenant, durable="app") as u:
+        again = await take(u, 3)
+
+    assert published(range(1, 6), ("alice",)) == handled[:2] + again
+
+
+async def test_a_durable_name_resumed_for_another_user_is_refused(
+    memory: tuple[MemoryClient, Feed, Settings],
+) -> None:
+    """A durable subscription follows the tenant or user it was made for, or raises."""
+    client, feed, _ = memory
+    async with client.notifications(feed.tenant, "alice", durable="app", start="all"):
+        pass
+
+    with pytest.raises(ValueError, match="follows"):
+        async with client.notifications(feed.tenant, "bob", durable="app"):
+            pass
