@@ -21,7 +21,6 @@ from pydantic import ValidationError
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import ledger, tracking
