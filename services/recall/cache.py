@@ -42,15 +42,29 @@ class ReadCache:
     ) -> T:
         """Return ``load(session)``'s value, from memory if ``consumer`` has not moved since."""
         position = await tracking.position(session, consumer)
+        found, value = self.lookup(consumer, key, position)
+        if found:
+            held: T = value
+            return held
+        fresh = await load(session)
+        self.keep(consumer, key, position, fresh)
+        return fresh
+
+    def lookup(self, consumer: str, key: Hashable, position: int) -> tuple[bool, Any]:
+        """Return (True, value) if a value read at ``position`` is held, else (False, None).
+
+        For callers that read the position once for several keys.
+        """
         slot = (consumer, key)
         held = self._entries.get(slot)
-        if held is not None and held[0] == position:
-            self._entries.move_to_end(slot)
-            value: T = held[1]
-            return value
-        fresh = await load(session)
-        self._keep(slot, position, fresh)
-        return fresh
+        if held is None or held[0] != position:
+            return False, None
+        self._entries.move_to_end(slot)
+        return True, held[1]
+
+    def keep(self, consumer: str, key: Hashable, position: int, value: object) -> None:
+        """Hold ``value``, read at ``position`` of ``consumer`` (read that position first)."""
+        self._keep((consumer, key), position, value)
 
     def _keep(self, slot: tuple[str, Hashable], position: int, value: object) -> None:
         self._entries[slot] = (position, value)

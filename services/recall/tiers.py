@@ -20,6 +20,7 @@ from memoryd.services.recall.cache import ReadCache
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
+from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.contracts.memoryos import SegmentsVisited
 from memoryd.shared.contracts.recall import (
     FactItem,
@@ -72,6 +73,13 @@ async def load_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[
     """Return the filed pages of the given segments with their vectors."""
     rows = await mtm_store.segment_pages(session, segment_ids)
     return [_Page(row, decode_vector(row["vector"])) for row in rows]
+
+
+def _by_segment(pages: Sequence[_Page]) -> dict[str, list[_Page]]:
+    grouped: dict[str, list[_Page]] = {}
+    for page in pages:
+        grouped.setdefault(str(page.row["segment_id"]), []).append(page)
+    return grouped
 
 
 def persona_sources(persona: Persona) -> set[str]:
@@ -313,8 +321,26 @@ class TierRecall:
         segments, (persona, provenance) = await self._state(session, request.scope)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
-        pages = await load_pages(session, [entry.item.id for entry in top])
+        pages = await self._pages(session, [entry.item.id for entry in top])
         return _Found(query_vec, top, pages, persona, provenance)
+
+    async def _pages(self, session: AsyncSession, segment_ids: Sequence[str]) -> list[_Page]:
+        """Return the segments' pages, each segment's decoded once per MTM write."""
+        position = await tracking.position(session, subjects.MTM_CONSUMER)
+        held: dict[str, list[_Page]] = {}
+        missing = []
+        for segment_id in segment_ids:
+            found, pages = self._cache.lookup(
+                subjects.MTM_CONSUMER, ("pages", segment_id), position
+            )
+            if found:
+                held[segment_id] = pages
+            else:
+                missing.append(segment_id)
+        for segment_id, pages in _by_segment(await load_pages(session, missing)).items():
+            self._cache.keep(subjects.MTM_CONSUMER, ("pages", segment_id), position, pages)
+            held[segment_id] = pages
+        return [page for segment_id in segment_ids for page in held.get(segment_id, [])]
 
     async def _state(
         self, session: AsyncSession, scope: Scope

@@ -297,13 +297,21 @@ def rank_segments(
     segments: Iterable[Segment],
     top_m: int = DEFAULT_PARAMS.top_m,
 ) -> list[Ranked[Segment]]:
-    """Return the ``top_m`` segments by Fscore against the query, best first, ties by id."""
+    """Return the ``top_m`` segments by Fscore against the query, best first, ties by id.
+
+    The cosines are one matrix product (recall ranks up to ``max_segments`` per request).
+    """
+    held = list(segments)
+    if not held or top_m <= 0:
+        return []
+    cosines = np.stack([segment.vector for segment in held]) @ np.asarray(query_vec)
+    query = set(query_keywords)
     ranked = [
-        Ranked(segment, fscore(segment.vector, segment.keywords, query_vec, query_keywords))
-        for segment in segments
+        Ranked(segment, float(cosine) + jaccard(segment.keywords, query))
+        for segment, cosine in zip(held, cosines, strict=True)
     ]
     ranked.sort(key=lambda entry: (-entry.score, entry.item.id))
-    return ranked[: max(0, top_m)]
+    return ranked[:top_m]
 
 
 def rank_pages(

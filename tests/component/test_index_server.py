@@ -11,7 +11,8 @@ from uuid import uuid4
 
 import pytest
 
-from memoryd.shared.adapters.index import IndexPayload, IndexPoint, QdrantServerIndex, ScopeFilter
+from memoryd.shared.adapters.index import IndexPayload, IndexPoint, ScopeFilter
+from memoryd.shared.adapters.index.server import QdrantServerIndex
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 ACME = ScopeFilter(tenant="acme")

@@ -12,7 +12,6 @@ from memoryd.shared.adapters.index.port import (
     ScopeFilter,
     SearchIndex,
 )
-from memoryd.shared.adapters.index.server import QdrantServerIndex
 from memoryd.shared.adapters.index.sparse import DEFAULT_AVG_LEN
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "IndexPayload",
     "IndexPoint",
     "Kind",
-    "QdrantServerIndex",
     "ScopeFilter",
     "SearchIndex",
     "build_index",
@@ -48,6 +46,9 @@ def build_index(
         return EdgeSearchIndex(
             path, dimension, avg_len=avg_len, auto_optimize_every=auto_optimize_every
         )
+    # Imported here: qdrant-client costs about a second and ~40 MB, and only a server needs it.
+    from memoryd.shared.adapters.index.server import QdrantServerIndex
+
     return QdrantServerIndex(
         url, dimension, api_key=api_key, collection=collection, avg_len=avg_len
     )
