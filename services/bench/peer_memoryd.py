@@ -13,7 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nats.errors import NoRespondersError
@@ -30,10 +32,13 @@ from memoryd.services.bench.peers import (
     side_main,
     tree_peak_rss_mb,
 )
+from memoryd.services.bootstrap import build_model
+from memoryd.services.indexer.items import Upsert, plan
 from memoryd.shared.adapters.embedded_nats import free_port
 from memoryd.shared.adapters.nats_log import NatsUnavailable
 from memoryd.shared.client import MemoryClient
-from memoryd.shared.contracts import Scope
+from memoryd.shared.contracts import Scope, TurnRecorded
+from memoryd.shared.settings import Settings
 
 SCOPE = Scope(tenant="bench", user_id="bench", agent_id="peer", session_id="s1")
 WARM_SCOPE = Scope(tenant="bench", user_id="warmup")
@@ -172,19 +177,54 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
     return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
 
 
+def key_texts(texts: Sequence[str]) -> list[str]:
+    """Return the distinct texts the indexer embeds for these turns, one conversation."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    turns = [
+        TurnRecorded(occurred_at=start + timedelta(seconds=n), scope=SCOPE, query=text, response="")
+        for n, text in enumerate(texts)
+    ]
+    operations, _ = plan(turns)
+    return list(dict.fromkeys(op.text for op in operations if isinstance(op, Upsert)))
+
+
+def pipeline_share(write_rate: float, keys_per_turn: float, model_rate: float) -> float:
+    """Return the texts/s the pipeline embedded while writing, over the model's own rate."""
+    return write_rate * keys_per_turn / model_rate if model_rate else 0.0
+
+
+async def model_alone(workload: Workload, options: PeerOptions) -> Figures:
+    """Time the configured model alone on the keys of the first n-write turns (memoryd down)."""
+    texts = [workload.text(n) for n in range(options.n_write)]
+    keys = key_texts(texts)
+    model = build_model(Settings(), "workers")
+    await model.embed(["warm-up"])
+    started = time.perf_counter()
+    await model.embed(keys)
+    return {
+        "keys_per_turn": len(keys) / len(texts),
+        "model_texts_per_s": len(keys) / (time.perf_counter() - started),
+    }
+
+
 async def measure(options: PeerOptions, _parent_spawned_at: float) -> Figures:
-    """Run the phases against a fresh `memoryd up`; cold start counts from spawning it."""
+    """Run the phases against a fresh `memoryd up`, then the model alone on the same keys."""
     workload = load_workload(options.dataset())  # before the clock starts
     with tempfile.TemporaryDirectory(prefix="memoryd-peers-") as folder:
         up = spawn_up(Path(folder))
         try:
-            return await _measure_running(up, workload, options)
+            figures = await _measure_running(up, workload, options)
         except BaseException:
             log = (Path(folder) / "up.log").read_text(errors="replace")
             print(f"memoryd up's log (last lines):\n{log[-4_000:]}", file=sys.stderr)
             raise
         finally:
             stop(up.process)
+    alone = await model_alone(workload, options)
+    share = pipeline_share(
+        figures["write_msgs_per_s"], alone["keys_per_turn"], alone["model_texts_per_s"]
+    )
+    return figures | alone | {"pipeline_vs_model": share}
 
 
 if __name__ == "__main__":

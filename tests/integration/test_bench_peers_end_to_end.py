@@ -98,6 +98,10 @@ def assert_figures(report: dict[str, Any], side: str) -> None:
 def test_bench_peers_measures_memoryd(tmp_path: Path) -> None:
     """`memoryd up` is started, written to, searched and stopped; the figures are in the file."""
     report = run_bench(tmp_path, "memoryd")
+    memoryd = report["sides"]["memoryd"]
+    assert memoryd["keys_per_turn"] >= 1  # every turn is at least its own key
+    assert memoryd["model_texts_per_s"] > 0
+    assert memoryd["pipeline_vs_model"] > 0
 
     assert_figures(report, "memoryd")
 

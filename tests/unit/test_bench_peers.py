@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from memoryd.services.bench.peer_memoryd import key_texts, pipeline_share
 from memoryd.services.bench.peers import (
     PeerOptions,
     Workload,
@@ -231,3 +232,22 @@ def test_peak_rss_of_this_process_tree_holds_its_main_process() -> None:
 
     assert figures["peak_rss_main_mb"] > 0
     assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"]
+
+
+def test_key_texts_are_the_indexers_distinct_keys_in_order() -> None:
+    """A short turn gets a window with the next; first-person sentences are keys of their own."""
+    keys = key_texts(["Hi there.", "I adopted a greyhound last month. It is shy.", "Hi there."])
+
+    assert [
+        "Hi there.",
+        "I adopted a greyhound last month. It is shy.",
+        "Hi there.\nI adopted a greyhound last month. It is shy.",
+        "I adopted a greyhound last month.",
+        "I adopted a greyhound last month. It is shy.\nHi there.",
+    ] == keys
+
+
+def test_pipeline_share_is_embedded_texts_per_second_over_the_models_rate() -> None:
+    """28 turns/s with 2.5 texts each against a model doing 70 texts/s is 1.0."""
+    assert 1.0 == pipeline_share(28.0, 2.5, 70.0)
+    assert 0.0 == pipeline_share(28.0, 2.5, 0.0)
