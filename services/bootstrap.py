@@ -187,14 +187,16 @@ EmbedderRole = Literal["workers", "queries"]
 
 
 @functools.cache
-def _local_model(runtime: LocalRuntime, role: EmbedderRole, cache_dir: Path | None) -> Embedder:
+def _local_model(
+    runtime: LocalRuntime, role: EmbedderRole, cache_dir: Path | None, threads: int | None
+) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
     # instance, one thread, so a query never waits behind a worker's batch of hundreds of
     # texts. It loads lazily, on the first embed.
     if runtime == "torch":
         return SentenceTransformerEmbedder()
-    threads = 1 if role == "queries" else None
+    threads = 1 if role == "queries" else threads
     return OnnxEmbedder(int8=runtime == "onnx-int8", threads=threads, cache_dir=cache_dir)
 
 
@@ -202,7 +204,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     """Return the configured embedding model (uncached); a local model has one per role."""
     runtime = settings.embedding_runtime
     if settings.embedding_kind == "local" and settings.embedding_model is None:
-        return _local_model(runtime, role, settings.model_cache_dir)
+        return _local_model(runtime, role, settings.model_cache_dir, settings.embedding_threads)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model

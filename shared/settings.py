@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     # How a local model runs: ONNX Runtime (the same vectors as torch, without loading torch),
     # its int8 export (faster, vectors within ~0.99 cosine: another cache and index), or torch.
     embedding_runtime: Literal["onnx", "onnx-int8", "torch"] = "onnx"
+    # Threads one worker-side model call uses (ONNX runtimes; unset: every core).
+    embedding_threads: int | None = Field(default=None, ge=1)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
     embedding_base_url: str | None = None
