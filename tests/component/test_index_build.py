@@ -9,10 +9,10 @@ from memoryd.shared.adapters.index import (
     EdgeSearchIndex,
     IndexPayload,
     IndexPoint,
-    QdrantServerIndex,
     ScopeFilter,
     build_index,
 )
+from memoryd.shared.adapters.index.server import QdrantServerIndex
 
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 

@@ -19,10 +19,10 @@ from memoryd.shared.adapters.index import (
     IndexPayload,
     IndexPoint,
     Kind,
-    QdrantServerIndex,
     ScopeFilter,
     SearchIndex,
 )
+from memoryd.shared.adapters.index.server import QdrantServerIndex
 
 DIM = 8
 BACKENDS = ["edge", "server"]
