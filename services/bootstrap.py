@@ -42,6 +42,7 @@ from memoryd.services.runtime.decisions import (
     NoDecisions,
 )
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.runtime.recallable import RecallableTracker, tracks_recall
 from memoryd.services.runtime.replay import ReplayReport
 from memoryd.services.runtime.replay import replay as replay_log
 from memoryd.services.runtime.scratch import open_scratch
@@ -523,14 +524,31 @@ async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
     decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
     notifier = NotificationPublisher.from_settings(stack.js, stack.settings)
-    for projection in build_projections(stack.settings, components, stack.retrieval, decisions):
-        await _start_worker(stack, projection, notifier)
+    projections = build_projections(stack.settings, components, stack.retrieval, decisions)
+    tracker = await _recallable_tracker(stack, projections, notifier)
+    for projection in projections:
+        await _start_worker(stack, projection, notifier, tracker)
     if "indexer" in components:  # daily memories expire as events
         _start_retention(stack)
 
 
+async def _recallable_tracker(
+    stack: Stack, projections: Sequence[Projection], notifier: NotificationPublisher
+) -> RecallableTracker | None:
+    """Return the tracker of recallable events when every projection recall reads runs here."""
+    consumers = [projection.consumer for projection in projections]
+    if not tracks_recall(consumers):
+        return None
+    tracker = RecallableTracker(consumers, notifier)
+    await tracker.load(stack.readers)
+    return tracker
+
+
 async def _start_worker(
-    stack: Stack, projection: Projection, notifier: NotificationPublisher
+    stack: Stack,
+    projection: Projection,
+    notifier: NotificationPublisher,
+    tracker: RecallableTracker | None,
 ) -> None:
     """Run ``projection`` in a pull worker that stops with the stack."""
     settings = stack.settings
@@ -544,6 +562,8 @@ async def _start_worker(
         readers=stack.readers,
         max_attempts=settings.max_attempts,
     )
+    if tracker is not None:
+        runner.listeners.append(tracker.applied)
     worker = PullWorker(stack.js, runner, settings)
     await worker.start()
     stack.on_stop(worker.stop)

@@ -6,10 +6,14 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
     memoryd.ev.<tenant>.<user>.<event type>     every event (the log, stream MEMORYD)
     memoryd.dlq.<consumer>                      dead letters (stream MEMORYD_DLQ)
     memoryd.notify.<tenant>.<user>.<kind>       memory-updated notifications (stream MEMORYD_NOTIFY)
+    memoryd.notify.<tenant>.<user>.recallable.<event id>
+                                                every projection recall reads applied the event
     memoryd.rpc.recall                          recall request-reply (queue group)
 """
 
 from __future__ import annotations
+
+import uuid
 
 from memoryd.shared.contracts.scope import Scope
 
@@ -19,6 +23,7 @@ DLQ_PREFIX = "memoryd.dlq"
 ALL_DEAD_LETTERS = f"{DLQ_PREFIX}.>"
 NOTIFY_PREFIX = "memoryd.notify"
 ALL_NOTIFICATIONS = f"{NOTIFY_PREFIX}.>"
+RECALLABLE_KIND = "recallable"
 RECALL_SUBJECT = "memoryd.rpc.recall"
 RECALL_QUEUE = "memoryd-recall"
 
@@ -61,6 +66,21 @@ def dead_letter_subject(consumer: str) -> str:
 def notify_subject(tenant: str, user_id: str, kind: str) -> str:
     """Return the subject of a memory-updated notification."""
     return f"{NOTIFY_PREFIX}.{tenant}.{user_id}.{kind.replace('.', '_')}"
+
+
+def recallable_subject(tenant: str, user_id: str, event_id: uuid.UUID) -> str:
+    """Return the subject of the notice that ``event_id`` is recallable (one per event)."""
+    return f"{notify_subject(tenant, user_id, RECALLABLE_KIND)}.{event_id}"
+
+
+def recallable_filter(event_id: uuid.UUID) -> str:
+    """Return the filter matching the recallable notice of ``event_id``, whoever's it is."""
+    return f"{NOTIFY_PREFIX}.*.*.{RECALLABLE_KIND}.{event_id}"
+
+
+def user_events_filter(tenant: str, user_id: str) -> str:
+    """Return the filter matching every event of one user in the log."""
+    return f"{EVENTS_PREFIX}.{tenant}.{user_id}.>"
 
 
 def notify_filter(tenant: str, user_id: str | None = None) -> str:

@@ -108,6 +108,8 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
 
 
 Reject = Callable[[int, str], Awaitable[None]]
+# Told after each commit: the consumer, the last sequence handled, the batch's events.
+Applied = Callable[[str, int, Sequence[Positioned]], Awaitable[None]]
 
 
 async def apply_once(
@@ -208,6 +210,7 @@ class ProjectionRunner:
         self._stream = stream
         self._max_attempts = max_attempts
         self._log = log.bind(consumer=projection.consumer)
+        self.listeners: list[Applied] = []
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
         """Process delivered messages in log order; ack them once their effect is durable."""
@@ -226,6 +229,7 @@ class ProjectionRunner:
             await self._warm([item.event for _, item in items])
             await self._apply(items, entries[-1].sequence)
             self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
+            await self._tell(entries[-1].sequence, [item for _, item in items])
         for msg in msgs:
             await msg.ack()
 
@@ -339,6 +343,10 @@ class ProjectionRunner:
             data=entry.data,
             reason=reason,
         )
+
+    async def _tell(self, through: int, batch: list[Positioned]) -> None:
+        for listener in self.listeners:
+            await listener(self.projection.consumer, through, batch)
 
     async def _notify(self, notifications: Sequence[MemoryUpdated]) -> None:
         if notifications:

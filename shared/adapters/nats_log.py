@@ -327,3 +327,49 @@ async def wait_until_applied(
             waiting = [name for name, done in zip(consumers, settled, strict=True) if not done]
             raise TimeoutError(f"consumers still behind after {timeout}s: {waiting}")
         await asyncio.sleep(poll_interval)
+
+
+async def last_sequence_on(js: JetStreamContext, stream: str, filter_subject: str) -> int:
+    """Return the sequence of the newest message on the subjects ``filter_subject`` matches.
+
+    The stream lists the subjects that match (a user's few event types), and each one's last
+    message is read: 0 when none match.
+    """
+    info = await js.stream_info(stream, subjects_filter=filter_subject)
+    last = 0
+    for subject in info.state.subjects or {}:
+        message = await js.get_last_msg(stream, subject)
+        last = max(last, message.seq or 0)
+    return last
+
+
+async def _consumer_passed(js: JetStreamContext, stream: str, durable: str, sequence: int) -> bool:
+    try:
+        info = await js.consumer_info(stream, durable)
+    except NotFoundError:
+        return False
+    return (info.ack_floor.stream_seq or 0) >= sequence
+
+
+async def wait_until_user_applied(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+    timeout: float = 30.0,
+) -> int:
+    """Wait until every consumer has applied the newest event ``filter_subject`` matches now.
+
+    A worker acknowledges a message only after committing it and everything before it, so a
+    consumer whose acknowledgement floor reached the sequence has applied it. Return it.
+    """
+    target = await last_sequence_on(js, stream, filter_subject)
+    deadline = time.monotonic() + timeout
+    while True:
+        passed = [await _consumer_passed(js, stream, name, target) for name in consumers]
+        if all(passed):
+            return target
+        if time.monotonic() > deadline:
+            waiting = [name for name, done in zip(consumers, passed, strict=True) if not done]
+            raise TimeoutError(f"consumers still before seq {target} after {timeout}s: {waiting}")
+        await asyncio.sleep(0.02)

@@ -29,6 +29,13 @@ _RETRYABLE = (
 )
 
 
+def notification_subject(note: MemoryUpdated) -> str:
+    """Return the subject ``note`` is published on (a recallable notice names its event)."""
+    if note.kind == subjects.RECALLABLE_KIND:
+        return subjects.recallable_subject(note.tenant, note.user_id, note.event_id)
+    return subjects.notify_subject(note.tenant, note.user_id, note.kind)
+
+
 def notification_id(note: MemoryUpdated) -> str:
     """Return the Nats-Msg-Id of a notification: the digest of its content.
 
@@ -73,7 +80,7 @@ class NotificationPublisher:
 
     async def _send_async(self, note: MemoryUpdated) -> asyncio.Future[api.PubAck]:
         return await self._js.publish_async(
-            subjects.notify_subject(note.tenant, note.user_id, note.kind),
+            notification_subject(note),
             note.model_dump_json().encode(),
             stream=self._stream,
             headers={MSG_ID: notification_id(note)},
@@ -83,7 +90,7 @@ class NotificationPublisher:
         for attempt in range(1, self._attempts + 1):
             try:
                 await self._js.publish(
-                    subjects.notify_subject(note.tenant, note.user_id, note.kind),
+                    notification_subject(note),
                     note.model_dump_json().encode(),
                     timeout=self._ack_timeout,
                     stream=self._stream,

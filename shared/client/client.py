@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -20,6 +21,7 @@ from memoryd.shared.adapters.nats_log import (
     EventPublisher,
     connect,
     wait_until_applied,
+    wait_until_user_applied,
 )
 from memoryd.shared.client.notifications import (
     LiveNotifications,
@@ -201,13 +203,16 @@ class MemoryClient:
         evergreen: bool = False,
         metadata: dict[str, Any] | None = None,
         occurred_at: datetime | None = None,
+        event_id: uuid.UUID | None = None,
     ) -> uuid.UUID:
         """Store an explicit memory; the same key in the same scope replaces it. Return its id.
 
         The service decides the id (``memory_identity``): derived from the scope and key when
-        a key is given, else the event's id. Forget by that id or by the key.
+        a key is given, else the event's id. Forget by that id or by the key. ``event_id``
+        (default: a new one) makes retries safe and is what ``recallable`` waits on.
         """
         event = MemoryRemembered(
+            event_id=event_id or uuid.uuid4(),
             occurred_at=occurred_at or _now(),
             scope=scope,
             key=key,
@@ -344,10 +349,40 @@ class MemoryClient:
                 )
             await subscription.unsubscribe()
 
+    async def recallable(self, event_id: uuid.UUID, timeout: float = 30.0) -> MemoryUpdated:
+        """Wait until recall finds the event ``event_id`` (a turn's id, a memory's event id).
+
+        Return its ``recallable`` notification: every projection recall reads has applied the
+        event. The notification stream is read from its start for that one event, so a
+        notification published before this call counts too. ``TimeoutError`` after
+        ``timeout`` seconds (also when the projections run in separate processes, where no
+        such notification is published).
+        """
+        subject = subjects.recallable_filter(event_id)
+        config = consumer_config(subject, "all", durable=None, max_pending=1, ack_wait=timeout)
+        async with self._stream_notifications(subject, config, 1) as stored:
+            async with asyncio.timeout(timeout):
+                return await stored.get()
+
     async def wait_until_applied(
         self,
         timeout: float = 30.0,
         consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+        *,
+        scope: Scope | None = None,
     ) -> int:
-        """Wait until the workers have applied everything published so far."""
-        return await wait_until_applied(self._js, self._stream, consumers, timeout)
+        """Wait until the workers have applied everything published so far; return its sequence.
+
+        With ``scope``, only that user's events (tenant and user): wait until every consumer
+        has applied the newest event on the user's subjects at the time of the call, however
+        long other users' backlogs are.
+        """
+        if scope is None:
+            return await wait_until_applied(self._js, self._stream, consumers, timeout)
+        return await wait_until_user_applied(
+            self._js,
+            self._stream,
+            subjects.user_events_filter(scope.tenant, scope.user_id),
+            consumers,
+            timeout,
+        )

@@ -18,6 +18,8 @@ NotificationKind = Literal[
     "segment.promoted",
     "segment.evicted",
     "facts.learned",
+    # every projection recall reads has applied the event (a turn, a memory, a forget)
+    "recallable",
 ]
 
 

@@ -227,17 +227,19 @@ async def test_session_end_clears_only_its_conversation_memories(
 
 
 async def test_subscribers_are_notified_of_changes(stack: Stack, client: MemoryClient) -> None:
-    """A subscriber to a user's notifications sees pages added and memories stored."""
+    """A subscriber to a user's notifications sees pages added, memories stored, and each
+    turn and memory becoming recallable."""
     scope = scope_for()
     async with client.notifications(scope.tenant, scope.user_id) as queue:
-        await client.record_turn(scope, "hi", "hello")
+        turn_id = await client.record_turn(scope, "hi", "hello")
         memory_id = await client.remember(scope, "likes jazz")
-        kinds = {}
-        for _ in range(2):
-            note = await asyncio.wait_for(queue.get(), timeout=10)
-            kinds[note.kind] = note
+        notes = [await asyncio.wait_for(queue.get(), timeout=10) for _ in range(4)]
+    kinds = {note.kind: note for note in notes if note.kind != "recallable"}
+    recallable = [note for note in notes if note.kind == "recallable"]
     assert {"page.added", "memory.stored"} == set(kinds)
     assert (memory_id,) == kinds["memory.stored"].item_ids
+    assert [turn_id] == [note.event_id for note in recallable if not note.item_ids]
+    assert [(memory_id,)] == [note.item_ids for note in recallable if note.item_ids]
 
 
 async def test_a_durable_subscriber_restarted_gets_the_missed_notifications_of_the_workers(
