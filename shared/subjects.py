@@ -73,8 +73,14 @@ def recallable_subject(tenant: str, user_id: str, event_id: uuid.UUID) -> str:
     return f"{notify_subject(tenant, user_id, RECALLABLE_KIND)}.{event_id}"
 
 
-def recallable_filter(event_id: uuid.UUID) -> str:
-    """Return the filter matching the recallable notice of ``event_id``, whoever's it is."""
+def recallable_filter(event_id: uuid.UUID, scope: Scope | None = None) -> str:
+    """Return the filter matching the recallable notice of ``event_id``.
+
+    With ``scope``, only under its tenant and user (what per-tenant permissions allow);
+    without, under any.
+    """
+    if scope is not None:
+        return recallable_subject(scope.tenant, scope.user_id, event_id)
     return f"{NOTIFY_PREFIX}.*.*.{RECALLABLE_KIND}.{event_id}"
 
 

@@ -349,16 +349,19 @@ class MemoryClient:
                 )
             await subscription.unsubscribe()
 
-    async def recallable(self, event_id: uuid.UUID, timeout: float = 30.0) -> MemoryUpdated:
+    async def recallable(
+        self, event_id: uuid.UUID, timeout: float = 30.0, *, scope: Scope | None = None
+    ) -> MemoryUpdated:
         """Wait until recall finds the event ``event_id`` (a turn's id, a memory's event id).
 
         Return its ``recallable`` notification: every projection recall reads has applied the
         event. The notification stream is read from its start for that one event, so a
-        notification published before this call counts too. ``TimeoutError`` after
-        ``timeout`` seconds (also when the projections run in separate processes, where no
-        such notification is published).
+        notification published before this call counts too. ``scope`` (the event's) narrows
+        the read to its tenant and user, as per-tenant permissions require. ``TimeoutError``
+        after ``timeout`` seconds (also when the projections run in separate processes, where
+        no such notification is published).
         """
-        subject = subjects.recallable_filter(event_id)
+        subject = subjects.recallable_filter(event_id, scope)
         config = consumer_config(subject, "all", durable=None, max_pending=1, ack_wait=timeout)
         async with self._stream_notifications(subject, config, 1) as stored:
             async with asyncio.timeout(timeout):

@@ -67,7 +67,7 @@ async def test_a_turn_is_recalled_as_soon_as_it_is_recallable(
 async def test_a_memory_is_recalled_as_soon_as_it_is_recallable(
     make_stack: StackFactory,
 ) -> None:
-    """Right after ``recallable(event_id)`` of a remembered memory, recall shows the memory."""
+    """Right after ``recallable(event_id, scope=...)`` of a remembered memory, recall shows it."""
     stack = await make_stack()
     async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as client:
         scope = scope_for()
@@ -76,7 +76,7 @@ async def test_a_memory_is_recalled_as_soon_as_it_is_recallable(
             scope, "Ana is allergic to peanuts", key="allergy", event_id=event_id
         )
 
-        notice = await client.recallable(event_id, timeout=WAIT)
+        notice = await client.recallable(event_id, timeout=WAIT, scope=scope)
         answer = await client.recall(scope, "peanuts allergy")
 
     assert (memory_id,) == notice.item_ids

@@ -91,6 +91,7 @@ def test_the_notice_is_filed_under_its_event() -> None:
     subject = notification_subject(notice)
 
     assert f"memoryd.notify.acme.alice.recallable.{item.event.event_id}" == subject
+    assert subject == subjects.recallable_filter(item.event.event_id, SCOPE)
     assert subject.startswith(subjects.notify_filter("acme", "alice")[:-1])
 
 
