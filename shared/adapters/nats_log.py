@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
@@ -169,13 +170,22 @@ class PublishFailed(TimeoutError):
     """
 
 
-class EventPublisher:
-    """Append events to the log; the event id is the Nats-Msg-Id, so retries deduplicate.
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message for a stream: its subject, bytes and headers (a Nats-Msg-Id among them)."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+class StreamPublisher:
+    """Publish messages to one stream; each carries a Nats-Msg-Id, so a resend is stored once.
 
     A publish whose acknowledgement does not come (NATS restarting, a reconnect) is sent
-    again with the same Nats-Msg-Id until the stream answers: ``attempts`` sends at most, for
-    ``total_timeout`` seconds at most, each waiting ``ack_timeout`` seconds for its answer.
-    An event the stream already holds is answered as a duplicate with its original sequence.
+    again until the stream answers: ``attempts`` sends at most, for ``total_timeout`` seconds
+    at most, each waiting ``ack_timeout`` seconds for its answer. A message the stream already
+    holds is answered as a duplicate with its original sequence.
     """
 
     def __init__(
@@ -193,6 +203,86 @@ class EventPublisher:
         self._total_timeout = total_timeout
         self._ack_timeout = ack_timeout
 
+    async def send(self, message: Outgoing) -> int:
+        """Publish one message and return its stream sequence, retrying a lost acknowledgement."""
+        deadline = time.monotonic() + self._total_timeout
+        for attempt in range(1, self._attempts + 1):
+            left = deadline - time.monotonic()
+            try:
+                return await self._send_once(message, max(0.05, min(self._ack_timeout, left)))
+            except _AMBIGUOUS as error:
+                left = deadline - time.monotonic()
+                if attempt == self._attempts or left <= 0:
+                    raise PublishFailed(
+                        f"no acknowledgement for message {message.headers.get(MSG_ID)} after "
+                        f"{attempt} attempts ({type(error).__name__}); publishing it again with "
+                        "the same id is safe"
+                    ) from error
+                log.warning(
+                    "publish_retrying",
+                    msg_id=message.headers.get(MSG_ID),
+                    attempt=attempt,
+                    error=type(error).__name__,
+                )
+                await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0, left))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _send_once(self, message: Outgoing, timeout: float) -> int:
+        """Publish once; return the stream sequence the acknowledgement names."""
+        ack = await self._js.publish(
+            message.subject,
+            message.data,
+            timeout=timeout,
+            stream=self._stream,
+            headers=message.headers,
+        )
+        return ack.seq
+
+    async def send_many(self, messages: Iterable[Outgoing]) -> list[int]:
+        """Publish messages pipelined (one round trip's latency for the lot), in order.
+
+        Messages whose acknowledgement does not come in time are sent again one by one, in
+        order, with the same ids (see ``send``).
+        """
+        batch = list(messages)
+        futures = [
+            await self._js.publish_async(
+                message.subject, message.data, stream=self._stream, headers=message.headers
+            )
+            for message in batch
+        ]
+        await self._await_acks(futures)
+        return [
+            await self._sequence(message, ack) for message, ack in zip(batch, futures, strict=True)
+        ]
+
+    async def _await_acks(self, futures: Iterable[asyncio.Future[api.PubAck]]) -> None:
+        """Wait while acknowledgements keep coming, each within the acknowledgement timeout."""
+        pending = set(futures)
+        while pending:  # a large batch may take long; stop waiting once none answers in time
+            done, pending = await asyncio.wait(pending, timeout=self._ack_timeout)
+            if not done:
+                break
+
+    async def _sequence(self, message: Outgoing, ack: asyncio.Future[api.PubAck]) -> int:
+        """Return the message's sequence from its acknowledgement, or by sending it again."""
+        if ack.done() and not ack.cancelled() and ack.exception() is None:
+            return ack.result().seq
+        if not ack.done():
+            ack.cancel()
+        elif not ack.cancelled() and not isinstance(ack.exception(), _AMBIGUOUS):
+            raise ack.exception()  # type: ignore[misc]
+        return await self.send(message)
+
+
+def outgoing_event(event: Event) -> Outgoing:
+    """Return the log message of an event: its subject, JSON and its id as Nats-Msg-Id."""
+    return Outgoing(subject_of(event), encode_event(event), msg_id(event))
+
+
+class EventPublisher(StreamPublisher):
+    """Append events to the log; the event id is the Nats-Msg-Id, so retries deduplicate."""
+
     @classmethod
     def from_settings(cls, js: JetStreamContext, settings: Settings) -> EventPublisher:
         """Build a publisher with the settings' stream and retry bounds."""
@@ -206,72 +296,11 @@ class EventPublisher:
 
     async def publish(self, event: Event) -> int:
         """Append one event and return its stream sequence, retrying a lost acknowledgement."""
-        deadline = time.monotonic() + self._total_timeout
-        for attempt in range(1, self._attempts + 1):
-            left = deadline - time.monotonic()
-            try:
-                return await self._send(event, max(0.05, min(self._ack_timeout, left)))
-            except _AMBIGUOUS as error:
-                left = deadline - time.monotonic()
-                if attempt == self._attempts or left <= 0:
-                    raise PublishFailed(
-                        f"no acknowledgement for event {event.event_id} after {attempt} "
-                        f"attempts ({type(error).__name__}); publishing it again with the same "
-                        "event id is safe"
-                    ) from error
-                log.warning(
-                    "publish_retrying",
-                    event_id=str(event.event_id),
-                    attempt=attempt,
-                    error=type(error).__name__,
-                )
-                await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0, left))
-        raise AssertionError("unreachable: the last attempt returns or raises")
-
-    async def _send(self, event: Event, timeout: float) -> int:
-        """Publish once; return the stream sequence the acknowledgement names."""
-        ack = await self._js.publish(
-            subject_of(event),
-            encode_event(event),
-            timeout=timeout,
-            stream=self._stream,
-            headers=msg_id(event),
-        )
-        return ack.seq
+        return await self.send(outgoing_event(event))
 
     async def publish_many(self, events: Iterable[Event]) -> list[int]:
-        """Append events pipelined (one round trip's latency for the lot), in order.
-
-        Events whose acknowledgement does not come in time are published again one by one,
-        in order, with the same ids (see ``publish``).
-        """
-        batch = list(events)
-        futures = [
-            await self._js.publish_async(
-                subject_of(event), encode_event(event), stream=self._stream, headers=msg_id(event)
-            )
-            for event in batch
-        ]
-        await self._await_acks(futures)
-        return [await self._sequence(event, ack) for event, ack in zip(batch, futures, strict=True)]
-
-    async def _await_acks(self, futures: Iterable[asyncio.Future[api.PubAck]]) -> None:
-        """Wait while acknowledgements keep coming, each within the acknowledgement timeout."""
-        pending = set(futures)
-        while pending:  # a large batch may take long; stop waiting once none answers in time
-            done, pending = await asyncio.wait(pending, timeout=self._ack_timeout)
-            if not done:
-                break
-
-    async def _sequence(self, event: Event, ack: asyncio.Future[api.PubAck]) -> int:
-        """Return the event's sequence from its acknowledgement, or by publishing it again."""
-        if ack.done() and not ack.cancelled() and ack.exception() is None:
-            return ack.result().seq
-        if not ack.done():
-            ack.cancel()
-        elif not ack.cancelled() and not isinstance(ack.exception(), _AMBIGUOUS):
-            raise ack.exception()  # type: ignore[misc]
-        return await self.publish(event)
+        """Append events pipelined, in order; unacknowledged ones are sent again one by one."""
+        return await self.send_many(outgoing_event(event) for event in events)
 
 
 async def publish_dead_letter(
