@@ -471,8 +471,7 @@ def recall_service(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
     tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings), cache)
-    admission = Admission(settings.recall_concurrency, settings.recall_backlog)
-    return RecallService(readers, retriever, tiers, record, admission)
+    return RecallService(readers, retriever, tiers, record, Admission.from_settings(settings))
 
 
 def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:

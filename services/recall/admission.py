@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from memoryd.shared.settings import Settings
+
 
 class DeadlinePassed(Exception):
     """The request's deadline passed before a worker was free."""
@@ -25,6 +27,11 @@ class Admission:
         self._workers = workers
         self._backlog = backlog
         self._in_hand = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Admission:
+        """Admit what ``recall_concurrency`` and ``recall_backlog`` allow."""
+        return cls(settings.recall_concurrency, settings.recall_backlog)
 
     @property
     def capacity(self) -> int:

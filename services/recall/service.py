@@ -26,6 +26,7 @@ from memoryd.shared.contracts.recall import (
     RetrievedItem,
 )
 from memoryd.shared.domain.memories import keyword_score
+from memoryd.shared.settings import Settings
 from memoryd.shared.stores import memories as memories_store
 from memoryd.shared.stores import stm as stm_store
 
@@ -94,7 +95,7 @@ class RecallService:
     retriever: HybridRetriever
     tiers: TierRecall
     record: RecordVisit
-    admission: Admission = field(default_factory=lambda: Admission(16, 64))
+    admission: Admission = field(default_factory=lambda: Admission.from_settings(Settings()))
 
     async def handle(self, body: bytes) -> bytes:
         """Decode a request, answer it, and encode the reply (an error reply for bad input).

@@ -10,6 +10,7 @@ per channel, only the matrix products with a constant side).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -47,8 +48,8 @@ def ensure_export(model_dir: Path, cache_dir: Path, name: str, *, int8: bool) ->
 
 def export(model_dir: Path, target: Path, *, int8: bool) -> None:
     """Write ``model_dir``'s transformer as ONNX to ``target`` (atomically)."""
-    with tempfile.TemporaryDirectory(dir=target.parent) as work:
-        os.chdir(work)  # the quantiser leaves scratch files in the working directory
+    # The quantiser leaves scratch files in the working directory: work in the temporary one.
+    with tempfile.TemporaryDirectory(dir=target.parent) as work, contextlib.chdir(work):
         plain = Path(work) / "model.onnx"
         _export_fp32(model_dir, plain)
         result = plain
@@ -56,7 +57,6 @@ def export(model_dir: Path, target: Path, *, int8: bool) -> None:
             result = Path(work) / "model.int8.onnx"
             _quantize(plain, Path(work), result)
         result.replace(target)  # a concurrent exporter writes the same bytes
-        os.chdir(target.parent)
 
 
 def _export_fp32(model_dir: Path, target: Path) -> None:
