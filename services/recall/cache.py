@@ -39,9 +39,16 @@ class ReadCache:
         consumer: str,
         key: Hashable,
         load: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        position: int | None = None,
     ) -> T:
-        """Return ``load(session)``'s value, from memory if ``consumer`` has not moved since."""
-        position = await tracking.position(session, consumer)
+        """Return ``load(session)``'s value, from memory if ``consumer`` has not moved since.
+
+        ``position`` is the consumer's position when the caller read it already (before
+        anything it guards); otherwise it is read here.
+        """
+        if position is None:
+            position = await tracking.position(session, consumer)
         found, value = self.lookup(consumer, key, position)
         if found:
             held: T = value

@@ -289,6 +289,10 @@ async def _persona_with_provenance(
     return persona, await load_provenance(session, persona_sources(persona))
 
 
+MTM, PERSONA = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER
+TIER_WRITERS = (MTM, PERSONA)
+
+
 class TierRecall:
     """Answer the MemoryOS part of a recall from the tier read models."""
 
@@ -318,46 +322,49 @@ class TierRecall:
 
     async def _find(self, session: AsyncSession, request: RecallRequest) -> _Found:
         """Read the user's segments and persona; rank the segments and read their pages."""
-        segments, (persona, provenance) = await self._state(session, request.scope)
+        # The tiers' writers' positions, read once and before the state they guard.
+        at = await tracking.positions(session, TIER_WRITERS)
+        segments, (persona, provenance) = await self._state(session, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
-        pages = await self._pages(session, [entry.item.id for entry in top])
+        pages = await self._pages(session, [entry.item.id for entry in top], at[MTM])
         return _Found(query_vec, top, pages, persona, provenance)
 
-    async def _pages(self, session: AsyncSession, segment_ids: Sequence[str]) -> list[_Page]:
+    async def _pages(
+        self, session: AsyncSession, segment_ids: Sequence[str], position: int
+    ) -> list[_Page]:
         """Return the segments' pages, each segment's decoded once per MTM write."""
-        position = await tracking.position(session, subjects.MTM_CONSUMER)
         held: dict[str, list[_Page]] = {}
         missing = []
         for segment_id in segment_ids:
-            found, pages = self._cache.lookup(
-                subjects.MTM_CONSUMER, ("pages", segment_id), position
-            )
+            found, pages = self._cache.lookup(MTM, ("pages", segment_id), position)
             if found:
                 held[segment_id] = pages
             else:
                 missing.append(segment_id)
         for segment_id, pages in _by_segment(await load_pages(session, missing)).items():
-            self._cache.keep(subjects.MTM_CONSUMER, ("pages", segment_id), position, pages)
+            self._cache.keep(MTM, ("pages", segment_id), position, pages)
             held[segment_id] = pages
         return [page for segment_id in segment_ids for page in held.get(segment_id, [])]
 
     async def _state(
-        self, session: AsyncSession, scope: Scope
+        self, session: AsyncSession, scope: Scope, at: Mapping[str, int]
     ) -> tuple[list[Segment], tuple[Persona, dict[str, Provenance]]]:
         """Return the user's segments, persona and its provenance, read once per tier write."""
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.read(
             session,
-            subjects.MTM_CONSUMER,
+            MTM,
             ("segments", user),
             lambda fresh: mtm_store.load_segments(fresh, *user),
+            position=at[MTM],
         )
         persona = await self._cache.read(
             session,
-            subjects.PERSONA_CONSUMER,
+            PERSONA,
             ("persona", user),
             lambda fresh: _persona_with_provenance(fresh, user),
+            position=at[PERSONA],
         )
         return segments, persona
 

@@ -59,3 +59,15 @@ async def test_the_least_recently_used_value_is_dropped_over_capacity(
             await cache.read(session, "memoryd-mtm", user, load)
 
     assert 2 == len(cache)
+
+
+async def test_positions_are_read_in_one_query_zero_for_a_consumer_without_one(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The tiers read their writers' positions together; an unknown consumer is at 0."""
+    async with sessions() as session, session.begin():
+        await tracking.advance(session, "memoryd-mtm", 7)
+    async with sessions() as session:
+        found = await tracking.positions(session, ("memoryd-mtm", "memoryd-persona"))
+
+    assert {"memoryd-mtm": 7, "memoryd-persona": 0} == found

@@ -17,6 +17,15 @@ async def position(session: AsyncSession, consumer: str) -> int:
     return int(value or 0)
 
 
+async def positions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
+    """Return the positions of ``consumers`` in one query (0 for one with none)."""
+    rows = await session.execute(
+        select(tracking.c.consumer, tracking.c.position).where(tracking.c.consumer.in_(consumers))
+    )
+    found = {consumer: int(position) for consumer, position in rows}
+    return {consumer: found.get(consumer, 0) for consumer in consumers}
+
+
 async def advance(session: AsyncSession, consumer: str, sequence: int) -> None:
     """Record that ``consumer`` applied everything up to ``sequence`` (same transaction)."""
     await upsert(session, tracking, [{"consumer": consumer, "position": sequence}], ["consumer"])
