@@ -50,8 +50,7 @@ class RecallableTracker:
     async def load(self, readers: async_sessionmaker[AsyncSession]) -> None:
         """Start from the projections' tracking rows (an idle one reports nothing)."""
         async with readers() as session:
-            for consumer in self._positions:
-                self._positions[consumer] = await tracking.position(session, consumer)
+            self._positions = await tracking.positions(session, list(self._positions))
 
     async def applied(self, consumer: str, through: int, batch: Sequence[Positioned]) -> None:
         """Record that ``consumer`` committed ``batch`` up to ``through``; notify what is due."""
