@@ -18,6 +18,7 @@ from typing import Any, Literal, ParamSpec
 import structlog
 from faststream.message import StreamMessage
 from faststream.nats import NatsBroker
+from faststream.nats.annotations import NatsMessage
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -32,6 +33,7 @@ from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.admission import Admission
 from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
+from memoryd.services.recall.listing import MemoryListing
 from memoryd.services.recall.service import RecallService
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.recall.visits import RecordVisit, VisitRecorder
@@ -233,6 +235,9 @@ def _cache_engine(engine: AsyncEngine, exit_stack: AsyncExitStack) -> AsyncEngin
     return cache
 
 
+WORKER_BATCH = 512  # texts per joined model call (the model bounds its own batches by tokens)
+
+
 async def open_retrieval(
     settings: Settings,
     engine: AsyncEngine,
@@ -245,7 +250,10 @@ async def open_retrieval(
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
     store = await _embedding_store(engine, exit_stack)
     worker_model = model or build_model(settings)
-    embedder = CachedEmbedder(worker_model, store)
+    # One queue for every worker's model calls: one call at a time (two concurrent calls,
+    # each with the model's threads, would contend for the same cores), the waiting calls
+    # of several workers joined into one batch.
+    embedder = CachedEmbedder(BatchingEmbedder(worker_model, max_texts=WORKER_BATCH), store)
     if index is None:
         index = await _built_index(settings, embedder, exit_stack)
     if llm is None:
@@ -493,6 +501,17 @@ def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     )(recall)
 
 
+def subscribe_list_memories(broker: NatsBroker, listing: MemoryListing) -> None:
+    """Attach the list-memories handler to every tenant's subject (a queue group)."""
+
+    async def list_memories(body: Any, message: NatsMessage) -> bytes:
+        return await listing.handle(message.raw_message.subject, body)
+
+    broker.subscriber(
+        subjects.ALL_LIST_MEMORIES, queue=subjects.LIST_MEMORIES_QUEUE, decoder=_raw_bodies
+    )(list_memories)
+
+
 async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[str, NatsClient]:
     """Spawn the embedded nats-server unless a URL is set; connect and ensure the streams."""
     nats_url = settings.nats_url
@@ -651,12 +670,13 @@ async def _open_stack(
 
 
 async def _serve(stack: Stack, components: Sequence[Component]) -> None:
-    """Answer recalls if recall is among the components, and start the broker."""
+    """Answer recalls and memory listings if recall is among the components; start the broker."""
     if "recall" in components and stack.retrieval is not None:
         settings = stack.settings
         visits = VisitRecorder(stack.publisher.publish, settings.recall_visit_interval_seconds)
         stack.on_stop(visits.close)  # runs after the broker stops answering
         service = recall_service(settings, stack.readers, stack.retrieval, visits.add)
         subscribe_recall(stack.broker, service)
+        subscribe_list_memories(stack.broker, MemoryListing(stack.readers))
     await stack.broker.start()
     stack.on_stop(stack.broker.stop)

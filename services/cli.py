@@ -1,10 +1,12 @@
-"""The ``memoryd`` command: up, demo, replay, verify, dead-letters, schemas, bench."""
+"""The ``memoryd`` command: up, demo, replay, verify, dead-letters, schemas, mcp, http, tools,
+bench."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -25,6 +27,7 @@ from memoryd.shared.adapters.dead_letters import (
 from memoryd.shared.adapters.embedded_nats import _port_open
 from memoryd.shared.adapters.nats_log import NatsUnavailable, connect
 from memoryd.shared.client import MemoryClient
+from memoryd.shared.client.tools import FORMATS, tool_schemas
 from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.schema_export import write_schemas
 from memoryd.shared.logging import configure_logging
@@ -201,11 +204,30 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "verify", help="compare the live read models and index with a fresh fold of the log"
     )
-    schemas = sub.add_parser("schemas", help="export the event contracts as JSON Schema")
+    schemas = sub.add_parser(
+        "schemas", help="export the contracts as JSON Schema, and the HTTP API as OpenAPI"
+    )
     schemas.add_argument("--out", type=Path, default=Path("schemas"))
     _add_dead_letters(sub)
+    _add_interfaces(sub)
     _add_bench(sub)
     return parser
+
+
+def _add_interfaces(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mcp = sub.add_parser(
+        "mcp", help="serve memoryd's tools over MCP (stdio, or streamable HTTP at /mcp)"
+    )
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP: the address to listen on")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP: the port to listen on")
+    http = sub.add_parser("http", help="serve memoryd's HTTP API at /v1 (OpenAPI at /docs)")
+    http.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    http.add_argument("--port", type=int, default=8080, help="the port to listen on")
+    tools = sub.add_parser(
+        "tools", help="print memoryd's tools as function-calling definitions (JSON)"
+    )
+    tools.add_argument("--format", choices=FORMATS, required=True)
 
 
 def _add_dead_letters(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -324,6 +346,45 @@ def _verify(_args: argparse.Namespace, settings: Settings) -> None:
 def _schemas(args: argparse.Namespace, _settings: Settings) -> None:
     for path in write_schemas(args.out):
         print(path)
+    try:
+        from memoryd.services.http.app import render_openapi
+    except ModuleNotFoundError:  # without the http extra there is no API to describe
+        return
+    openapi = args.out / "http" / "openapi.json"
+    openapi.parent.mkdir(parents=True, exist_ok=True)
+    openapi.write_text(render_openapi())
+    print(openapi)
+
+
+def _mcp(args: argparse.Namespace, settings: Settings) -> None:
+    try:
+        from memoryd.services.mcp import server
+    except ModuleNotFoundError as missing:
+        raise StartupError(
+            f"memoryd mcp needs the mcp package ({missing.name} is missing): "
+            "pip install 'memoryd[mcp]'"
+        ) from None
+    with contextlib.suppress(KeyboardInterrupt):
+        if args.transport == "stdio":
+            asyncio.run(server.serve_stdio(settings))
+        else:
+            asyncio.run(server.serve_http(settings, args.host, args.port))
+
+
+def _http(args: argparse.Namespace, settings: Settings) -> None:
+    try:
+        from memoryd.services.http import app
+    except ModuleNotFoundError as missing:
+        raise StartupError(
+            f"memoryd http needs FastAPI and uvicorn ({missing.name} is missing): "
+            "pip install 'memoryd[http]'"
+        ) from None
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(app.serve(settings, args.host, args.port))
+
+
+def _tools(args: argparse.Namespace, _settings: Settings) -> None:
+    print(json.dumps(tool_schemas(args.format), indent=2))
 
 
 def _bench_pipeline(args: argparse.Namespace, settings: Settings) -> None:
@@ -377,6 +438,9 @@ COMMANDS: dict[str, Command] = {
     "replay": lambda _args, settings: asyncio.run(cmd_replay(settings)),
     "verify": _verify,
     "schemas": _schemas,
+    "mcp": _mcp,
+    "http": _http,
+    "tools": _tools,
     "dead-letters": lambda args, settings: asyncio.run(
         cmd_dead_letters(settings, args.limit, args.action)
     ),

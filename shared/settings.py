@@ -135,6 +135,20 @@ class Settings(BaseSettings):
     lpm_knowledge_capacity: int = Field(default=100, ge=1)
     lpm_agent_traits_capacity: int = Field(default=100, ge=1)
 
+    # --- `memoryd mcp`: whose memory its tools read and write (never a tool argument) ---
+    # stdio serves one scope: the tenant, user and agent (and optionally session) set here.
+    mcp_tenant: str | None = None
+    mcp_user: str | None = None
+    mcp_agent: str = "default"
+    mcp_session: str | None = None
+    # Streamable HTTP serves the scope each caller's bearer token maps to, from this JSON file:
+    # {"<token>": {"tenant": "acme", "user_id": "alice", "agent_id": "travel-bot"}, ...}.
+    mcp_tokens_file: Path | None = None
+
+    # --- `memoryd http`: the HTTP API's bearer tokens, the same JSON shape as MCP's, where an
+    # entry may leave out the user (a tenant-wide token: the request names the user) ---
+    http_tokens_file: Path | None = None
+
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"
 

@@ -9,13 +9,19 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
     memoryd.notify.<tenant>.<user>.recallable.<event id>
                                                 every projection recall reads applied the event
     memoryd.rpc.recall                          recall request-reply (queue group)
+    memoryd.rpc.<tenant>.memories.list          list a scope's memories (request-reply, queue
+                                                group); one grant ``memoryd.rpc.<tenant>.>``
+                                                covers the tenant's request-reply subjects
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from memoryd.shared.contracts.scope import Scope
+if TYPE_CHECKING:  # the contracts name their publishers from here: no import back at run time
+    from memoryd.shared.contracts.scope import Scope
 
 EVENTS_PREFIX = "memoryd.ev"
 ALL_EVENTS = f"{EVENTS_PREFIX}.>"
@@ -26,6 +32,17 @@ ALL_NOTIFICATIONS = f"{NOTIFY_PREFIX}.>"
 RECALLABLE_KIND = "recallable"
 RECALL_SUBJECT = "memoryd.rpc.recall"
 RECALL_QUEUE = "memoryd-recall"
+RPC_PREFIX = "memoryd.rpc"
+LIST_MEMORIES_SUFFIX = "memories.list"
+ALL_LIST_MEMORIES = f"{RPC_PREFIX}.*.{LIST_MEMORIES_SUFFIX}"
+LIST_MEMORIES_QUEUE = "memoryd-list-memories"
+# The event types a memory's history is read from (its versions, its end).
+MEMORY_HISTORY_TYPES = (
+    "memory.remembered.v1",
+    "memory.forgotten.v1",
+    "memory.expired.v1",
+    "session.ended.v1",
+)
 
 # Durable consumer names, one per projection; each is also its tracking key in SQL.
 STM_CONSUMER = "memoryd-stm"
@@ -45,6 +62,8 @@ PROJECTION_CONSUMERS = (
     GRAPH_CONSUMER,
     *MEMORYOS_CONSUMERS,
 )
+# The recallable tracker publishes notifications but consumes nothing: its name as a publisher.
+RECALLABLE_PUBLISHER = "memoryd-recallable"
 
 # Headers on dead letters.
 DLQ_REASON = "Memoryd-Dlq-Reason"
@@ -68,6 +87,12 @@ def notify_subject(tenant: str, user_id: str, kind: str) -> str:
     return f"{NOTIFY_PREFIX}.{tenant}.{user_id}.{kind.replace('.', '_')}"
 
 
+def notify_subject_pattern(kind: str) -> str:
+    """Return the subject pattern of ``kind``'s notifications, placeholders in angle brackets."""
+    subject = notify_subject("<tenant>", "<user>", kind)
+    return f"{subject}.<event id>" if kind == RECALLABLE_KIND else subject
+
+
 def recallable_subject(tenant: str, user_id: str, event_id: uuid.UUID) -> str:
     """Return the subject of the notice that ``event_id`` is recallable (one per event)."""
     return f"{notify_subject(tenant, user_id, RECALLABLE_KIND)}.{event_id}"
@@ -87,6 +112,25 @@ def recallable_filter(event_id: uuid.UUID, scope: Scope | None = None) -> str:
 def user_events_filter(tenant: str, user_id: str) -> str:
     """Return the filter matching every event of one user in the log."""
     return f"{EVENTS_PREFIX}.{tenant}.{user_id}.>"
+
+
+def user_event_filters(tenant: str, user_id: str, event_types: Sequence[str]) -> list[str]:
+    """Return the subjects of one user's events of the given types (one per type)."""
+    return [f"{EVENTS_PREFIX}.{tenant}.{user_id}.{t.replace('.', '_')}" for t in event_types]
+
+
+def list_memories_subject(tenant: str) -> str:
+    """Return the subject a tenant's list-memories requests are sent to."""
+    return f"{RPC_PREFIX}.{tenant}.{LIST_MEMORIES_SUFFIX}"
+
+
+def rpc_tenant(subject: str) -> str | None:
+    """Return the tenant a request-reply subject names (None: not a per-tenant rpc subject)."""
+    prefix = f"{RPC_PREFIX}."
+    if not subject.startswith(prefix):
+        return None
+    tenant, _, rest = subject.removeprefix(prefix).partition(".")
+    return tenant if tenant and rest else None
 
 
 def notify_filter(tenant: str, user_id: str | None = None) -> str:

@@ -166,3 +166,15 @@ async def client(stack: Stack) -> AsyncIterator[MemoryClient]:
 def unique(prefix: str) -> str:
     """Return a scope token no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def user_messages(nats_url: str, stream: str, tenant: str, user_id: str) -> int:
+    """Return how many messages the log holds on one user's subjects."""
+    from memoryd.shared import subjects
+
+    nc = await nats.connect(nats_url)
+    info = await nc.jetstream().stream_info(
+        stream, subjects_filter=subjects.user_events_filter(tenant, user_id)
+    )
+    await nc.close()
+    return sum((info.state.subjects or {}).values())

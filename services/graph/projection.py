@@ -16,7 +16,7 @@ mentions for the stale item.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,6 +29,7 @@ from memoryd.shared.adapters.sql import ledger
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
+    Event,
     MemoryForgotten,
     MemoryRemembered,
     SessionEnded,
@@ -44,7 +45,7 @@ from memoryd.shared.domain.graph import (
 )
 from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
-from memoryd.shared.stores import graph as store
+from memoryd.shared.stores.graph import GraphWork
 
 
 def item_row(event: GraphSource) -> dict[str, object]:
@@ -77,6 +78,16 @@ class GraphProjection:
     """Store each turn and memory as an item; decide its graph (live) or fold it (replay)."""
 
     consumer = subjects.GRAPH_CONSUMER
+    folds: frozenset[type[Event]] = frozenset(
+        {
+            TurnRecorded,
+            MemoryRemembered,
+            GraphExtracted,
+            MemoryForgotten,
+            MemoryExpired,
+            SessionEnded,
+        }
+    )
     tables = (graph_nodes, graph_edges, graph_mentions, graph_items)
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog) -> None:
@@ -86,50 +97,83 @@ class GraphProjection:
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
-        """Apply the batch in order; live, extract and fold each new item's graph at once."""
-        stored_at: dict[uuid.UUID, int] = {}  # this batch's items: trigger -> stream sequence
+        """Apply the batch in order; live, extract and fold each new item's graph at once.
+
+        Live, every new item's extraction is decided first (a decision reads no graph),
+        then the batch is folded in order through one ``GraphWork``, written at the end.
+        """
+        extracted = await self._decide(batch) if live else _recorded(batch)
+        work = GraphWork(session)
+        await _prefetch(work, extracted.values())
+        triggers = {} if live else await self._triggers(session, batch)
         for item in batch:
             event = item.event
             if isinstance(event, TurnRecorded | MemoryRemembered):
-                await store.store_item(session, item_row(event))
-                stored_at[event.event_id] = item.sequence
+                work.store_item(item_row(event))
+                triggers[event.event_id] = item.sequence
                 if live:
-                    extracted = await decide(self._llm, self._decisions, event)
-                    await _fold(session, extracted, item.sequence)
+                    await _fold(work, extracted[event.event_id], item.sequence)
             elif isinstance(event, GraphExtracted):
                 if not live:
-                    sequence = stored_at.get(event.cause_event_id)
-                    await _fold(session, event, sequence or await self._stored_at(session, event))
+                    await _fold(work, event, triggers.get(event.cause_event_id, 0))
             else:
-                await self._remove(session, event)
+                await _remove(work, event)
+        await work.flush()
         return Effects()
 
-    async def _stored_at(self, session: AsyncSession, event: GraphExtracted) -> int:
+    async def _decide(self, batch: Sequence[Positioned]) -> dict[uuid.UUID, GraphExtracted]:
+        """Decide (and record) the extraction of every turn and memory, in log order."""
+        return {
+            item.event.event_id: await decide(self._llm, self._decisions, item.event)
+            for item in batch
+            if isinstance(item.event, TurnRecorded | MemoryRemembered)
+        }
+
+    async def _triggers(
+        self, session: AsyncSession, batch: Sequence[Positioned]
+    ) -> dict[uuid.UUID, int]:
         # An edge records the stream sequence of the turn or memory that asserted it, as the
-        # live fold does; the ledger knows where an earlier batch applied the trigger.
-        seen = await ledger.first_seen(session, self.consumer, [event.cause_event_id])
-        first = seen.get(event.cause_event_id)
-        return first.sequence if first is not None else 0
-
-    async def _remove(self, session: AsyncSession, event: AnyEvent) -> None:
-        if isinstance(event, MemoryForgotten):
-            await store.forget_items(session, list(forget_ids(event)))
-        elif isinstance(event, MemoryExpired):
-            await store.forget_items(session, [point_id(event.memory_id, "memory", event.scope)])
-        elif isinstance(event, SessionEnded):
-            await store.forget_items(session, await store.conversation_items(session, event.scope))
+        # live fold does; the ledger knows where an earlier batch applied a trigger.
+        causes = [i.event.cause_event_id for i in batch if isinstance(i.event, GraphExtracted)]
+        seen = await ledger.first_seen(session, self.consumer, causes) if causes else {}
+        return {event_id: first.sequence for event_id, first in seen.items()}
 
 
-async def _fold(session: AsyncSession, event: GraphExtracted, sequence: int) -> None:
+def _recorded(batch: Sequence[Positioned]) -> dict[uuid.UUID, GraphExtracted]:
+    """Return the extractions the log holds in this batch (what replay folds)."""
+    return {i.event.event_id: i.event for i in batch if isinstance(i.event, GraphExtracted)}
+
+
+async def _prefetch(work: GraphWork, extractions: Iterable[GraphExtracted]) -> None:
+    """Read at once the items, nodes and edge pairs these extractions will touch."""
+    items, nodes, pairs = [], [], []
+    for event in extractions:
+        owner = (event.scope.tenant, event.scope.user_id)
+        items.append(event.item_id)
+        nodes += [(*owner, key) for key in named_entities(event)]
+        pairs += [(*owner, edge.source, edge.relation) for edge in asserted_edges(event)]
+    await work.prefetch(items, nodes, pairs)
+
+
+async def _remove(work: GraphWork, event: AnyEvent) -> None:
+    if isinstance(event, MemoryForgotten):
+        work.forget_items(forget_ids(event))
+    elif isinstance(event, MemoryExpired):
+        work.forget_items([point_id(event.memory_id, "memory", event.scope)])
+    elif isinstance(event, SessionEnded):
+        work.forget_items(await work.conversation_items(event.scope))
+
+
+async def _fold(work: GraphWork, event: GraphExtracted, sequence: int) -> None:
     """Fold an extraction; a stale one (its item changed since) adds no edges or mentions."""
     scope = event.scope
-    current = await store.item_source(session, event.item_id) == event.cause_event_id
-    await store.add_nodes(session, scope, named_entities(event), event.valid_at)
+    current = await work.item_source(event.item_id) == event.cause_event_id
+    await work.add_nodes(scope, named_entities(event), event.valid_at)
     if current:
-        await store.add_mentions(session, scope, event.item_id, mentioned(event), event.valid_at)
+        work.add_mentions(scope, event.item_id, mentioned(event), event.valid_at)
     facts = asserted_edges(event)
-    known = await store.edges_of(session, scope, {(e.source, e.relation) for e in facts})
+    known = await work.edges_of(scope, {(e.source, e.relation) for e in facts})
     change = add_edges(known, facts)
     if not current:
         change = EdgeChange(invalidate=change.invalidate)
-    await store.write_edges(session, scope, event.item_id, change, sequence)
+    work.write_edges(scope, event.item_id, change, sequence)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,12 +29,12 @@ class MemoriesProjection:
     """Fold remember / forget / session-ended events into the memories table."""
 
     consumer = subjects.MEMORIES_CONSUMER
+    folds: frozenset[type[Event]] = frozenset({MemoryRemembered, MemoryForgotten, SessionEnded})
     tables = store.TABLES
 
     def __init__(self, daily_ttl_days: int) -> None:
         self.daily_ttl_days = daily_ttl_days
         self._handlers: dict[type[Event], Handler] = {
-            MemoryRemembered: self._remember,  # type: ignore[dict-item]
             MemoryForgotten: self._forget,  # type: ignore[dict-item]
             SessionEnded: self._end_session,  # type: ignore[dict-item]
         }
@@ -39,24 +42,38 @@ class MemoriesProjection:
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
-        """Apply each memory event in order (they are few next to turns: no bulk path)."""
+        """Apply the memory events in order: each run of remembers in one read and one write."""
         effects = Effects()
-        for item in batch:
-            handler = self._handlers.get(type(item.event))
-            if handler is not None:
+        for run in _runs(batch):
+            if isinstance(run[0].event, MemoryRemembered):
+                effects.notifications += await self._remember(session, run)
+                continue
+            for item in run:
+                handler = self._handlers[type(item.event)]
                 effects.notifications += await handler(session, item.event, item.sequence)
         return effects
 
     async def _remember(
-        self, session: AsyncSession, event: MemoryRemembered, sequence: int
+        self, session: AsyncSession, run: Sequence[Positioned]
     ) -> list[MemoryUpdated]:
-        memory_id = memory_identity(event)
-        holder = await store.held(session, memory_id)
-        row = store.memory_row(event, memory_id, holder, sequence, self.daily_ttl_days)
-        if row is None:
-            return []
-        await store.put(session, row)
-        return [notification("memory.stored", event, sequence, [memory_id])]
+        """Store a run of remembers; a later one of the same memory replaces the earlier."""
+        remembered = [
+            (item.event, item.sequence) for item in run if isinstance(item.event, MemoryRemembered)
+        ]
+        ids = [memory_identity(event) for event, _ in remembered]
+        held = await store.holders(session, ids)
+        rows: dict[uuid.UUID, dict[str, Any]] = {}
+        notes = []
+        for (event, sequence), memory_id in zip(remembered, ids, strict=True):
+            holder = held.get(memory_id)
+            row = store.memory_row(event, memory_id, holder, sequence, self.daily_ttl_days)
+            if row is None:
+                continue
+            rows[memory_id] = row
+            held[memory_id] = store.held_by(row)
+            notes.append(notification("memory.stored", event, sequence, [memory_id]))
+        await store.put(session, list(rows.values()))
+        return notes
 
     async def _forget(
         self, session: AsyncSession, event: MemoryForgotten, sequence: int
@@ -69,3 +86,8 @@ class MemoriesProjection:
     ) -> list[MemoryUpdated]:
         gone = await store.end_session(session, event.scope)
         return [notification("session.cleared", event, sequence, gone)]
+
+
+def _runs(batch: Sequence[Positioned]) -> list[list[Positioned]]:
+    """Split a batch into runs of consecutive events of one type, in order."""
+    return [list(run) for _, run in itertools.groupby(batch, key=lambda item: type(item.event))]

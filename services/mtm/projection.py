@@ -89,6 +89,16 @@ class MtmProjection:
     """Fold evicted pages into per-user topic segments (MemoryOS mid-term memory)."""
 
     consumer = subjects.MTM_CONSUMER
+    folds: frozenset[type[Event]] = frozenset(
+        {
+            PageEvicted,
+            PageFiled,
+            SegmentSummarised,
+            SegmentPromoted,
+            SegmentEvicted,
+            SegmentsVisited,
+        }
+    )
     tables = mtm_store.TABLES
 
     def __init__(

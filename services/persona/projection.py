@@ -104,6 +104,7 @@ class PersonaProjection:
     """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
 
     consumer = subjects.PERSONA_CONSUMER
+    folds: frozenset[type[Event]] = frozenset({SegmentPromoted, PersonaExtracted})
     tables = store.TABLES
 
     def __init__(

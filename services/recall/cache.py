@@ -1,11 +1,13 @@
 """Per-scope state recall reads on every request, kept while its writer stands still.
 
-A user's segments, persona and entity counts change only when their projection applies a
-batch, and that projection's tracking row then moves. So recall reads the (one-row)
-position first and the state only when the position moved: between writes, a request
-costs one indexed lookup instead of decoding every segment or counting every mention.
-The position is read before the state, so a value is never filed under a newer position
-than the one it was read at (at worst a fresh value sits under an older one: reloaded).
+A user's segments, persona and graph change only when their projection applies a batch
+that changes them, and that projection's version (``tracking.versions``: the sequence of
+its last changing batch) then moves; events it does not fold leave it alone. So recall reads
+the (one-row) version first and the state only when the version moved: between changes, a
+request costs one indexed lookup instead of decoding every segment or counting every
+mention. The version is read before the state, so a value is never filed under a newer
+version than the one it was read at (at worst a fresh value sits under an older one:
+reloaded). Below, "position" is that version.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ReadCache:
         anything it guards); otherwise it is read here.
         """
         if position is None:
-            position = await tracking.position(session, consumer)
+            position = (await tracking.versions(session, [consumer]))[consumer]
         found, value = self.lookup(consumer, key, position)
         if found:
             held: T = value

@@ -322,8 +322,8 @@ class TierRecall:
 
     async def _find(self, session: AsyncSession, request: RecallRequest) -> _Found:
         """Read the user's segments and persona; rank the segments and read their pages."""
-        # The tiers' writers' positions, read once and before the state they guard.
-        at = await tracking.positions(session, TIER_WRITERS)
+        # The tiers' writers' versions, read once and before the state they guard.
+        at = await tracking.versions(session, TIER_WRITERS)
         segments, (persona, provenance) = await self._state(session, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)

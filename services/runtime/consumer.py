@@ -70,6 +70,7 @@ class PullWorker:
                         min(backlog, self._settings.batch_size - 1), timeout=5.0
                     )
             except (TimeoutError, nats.errors.TimeoutError):
+                await self._catch_up(subscription)
                 continue
             self._busy = True
             try:
@@ -80,6 +81,18 @@ class PullWorker:
                 await asyncio.sleep(1.0)
             finally:
                 self._busy = False
+
+    async def _catch_up(self, subscription: JetStreamContext.PullSubscription) -> None:
+        """Idle with messages delivered and unacked: a fetch lost them; apply them now."""
+        try:
+            info = await subscription.consumer_info()
+            if info.num_ack_pending and info.delivered and info.delivered.stream_seq:
+                self._busy = True
+                await self._runner.catch_up(info.delivered.stream_seq)
+        except Exception:
+            log.warning("catch_up_failed", consumer=self._runner.projection.consumer, exc_info=True)
+        finally:
+            self._busy = False
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Finish the batch in hand, then stop (unacked messages are redelivered later)."""

@@ -6,15 +6,22 @@ import uuid
 from collections.abc import Iterable
 
 from memoryd.shared.contracts.events import Event
-from memoryd.shared.contracts.notifications import MemoryUpdated, NotificationKind
+from memoryd.shared.contracts.notifications import (
+    MemoryUpdated,
+    NotificationKind,
+    notification_type,
+)
 
 
 def notification(
     kind: NotificationKind, event: Event, sequence: int = 0, items: Iterable[uuid.UUID] = ()
 ) -> MemoryUpdated:
     """Describe a change caused by ``event`` (stored at ``sequence``; 0 for a derived event
-    folded before the log gave it a sequence), naming the items it touched."""
-    return MemoryUpdated(
+    folded before the log gave it a sequence), naming the items it touched.
+
+    The notification is the catalogue's contract of ``kind`` (``notification_type``).
+    """
+    return notification_type(kind)(
         kind=kind,
         tenant=event.scope.tenant,
         user_id=event.scope.user_id,

@@ -57,10 +57,12 @@ class Projection(Protocol):
     """A fold of events into SQL read models.
 
     ``consumer`` names its durable consumer and tracking row; ``tables`` are the read models
-    it alone writes (replay, verify and erasure work on them).
+    it alone writes (replay, verify and erasure work on them); ``folds`` are the event types
+    it applies: the others only move its position (no ledger row, no call).
     """
 
     consumer: str
+    folds: frozenset[type[Event]]
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -133,10 +135,14 @@ async def apply_once(
         applied = await tracking.position(session, projection.consumer)
         if last <= applied:
             return Effects()
-        fresh = [item for item in batch if item.sequence > applied]
+        folds = projection.folds
+        fresh = [i for i in batch if i.sequence > applied and type(i.event) in folds]
         admitted = await _admit(session, projection.consumer, fresh, reject)
         live = publisher is not None
-        effects = await projection.apply(session, admitted, live) if admitted else Effects()
+        effects = Effects()
+        if admitted:
+            effects = await projection.apply(session, admitted, live)
+            await tracking.changed(session, projection.consumer, last)
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
         await tracking.advance(session, projection.consumer, last)
@@ -214,9 +220,27 @@ class ProjectionRunner:
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
         """Process delivered messages in log order; ack them once their effect is durable."""
+        position = await self._position()
+        await self._process(await self._ordered_entries(position, [entry_of(m) for m in msgs]))
+        for msg in msgs:
+            await msg.ack()
+
+    async def catch_up(self, delivered: int) -> None:
+        """Apply, read from the stream, what was delivered up to ``delivered`` but never handed
+        to this worker (a message a fetch lost): without it, applied only after ack_wait.
+
+        The copies still unacked on the server come back after ack_wait and are acked then
+        as already applied.
+        """
+        position = await self._position()
+        if delivered > position:
+            await self._process(await self._ordered_entries(position, [], through=delivered))
+
+    async def _position(self) -> int:
         async with self._readers() as session:
-            position = await tracking.position(session, self.projection.consumer)
-        entries = await self._ordered_entries(position, [entry_of(m) for m in msgs])
+            return await tracking.position(session, self.projection.consumer)
+
+    async def _process(self, entries: list[LogEntry]) -> None:
         items: list[tuple[LogEntry, Positioned]] = []
         for entry in entries:
             try:
@@ -230,20 +254,23 @@ class ProjectionRunner:
             await self._apply(items, entries[-1].sequence)
             self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
             await self._tell(entries[-1].sequence, [item for _, item in items])
-        for msg in msgs:
-            await msg.ack()
 
-    async def _ordered_entries(self, position: int, delivered: list[LogEntry]) -> list[LogEntry]:
+    async def _ordered_entries(
+        self, position: int, delivered: list[LogEntry], through: int | None = None
+    ) -> list[LogEntry]:
+        """Return the entries after ``position`` up to the last delivered (or ``through``),
+        in order, reading the ones not delivered from the stream."""
         by_sequence = {e.sequence: e for e in delivered if e.sequence > position}
-        if not by_sequence:
+        last = max(by_sequence, default=position) if through is None else through
+        if last <= position:
             return []
         # Everything after the position is applied, in order: with no position yet that is
         # from the stream's first message, not from the first one delivered (a redelivered
         # first message may arrive after later ones).
         start = position + 1
-        if start < min(by_sequence):
+        if start < min(by_sequence, default=last + 1):
             start = max(start, await self._first_sequence())
-        missing = [s for s in range(start, max(by_sequence)) if s not in by_sequence]
+        missing = [s for s in range(start, last + 1) if s not in by_sequence]
         for sequence in missing:
             filled = await self._read(sequence)
             if filled is not None:

@@ -22,12 +22,14 @@ from memoryd.services.runtime.projection import Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.contracts.events import MemoryForgotten, MemoryRemembered, TurnRecorded
-from memoryd.shared.contracts.notifications import MemoryUpdated
+from memoryd.shared.contracts.events import MemoryForgotten, MemoryRemembered
+from memoryd.shared.contracts.notifications import MemoryUpdated, RecallableNotification
 from memoryd.shared.domain.memories import memory_identity
 
-# The events a caller may wait on: what it wrote itself and then expects recall to show.
-RECALLABLE_EVENTS = (TurnRecorded, MemoryRemembered, MemoryForgotten)
+# The events a caller may wait on: what it wrote itself and then expects recall to show (the
+# catalogue's causes of a recallable notice).
+RECALLABLE_EVENTS = RecallableNotification.caused_by
+MEMORY_EVENTS = (MemoryRemembered, MemoryForgotten)
 
 
 def recallable_notice(item: Positioned) -> MemoryUpdated | None:
@@ -35,7 +37,7 @@ def recallable_notice(item: Positioned) -> MemoryUpdated | None:
     event = item.event
     if not isinstance(event, RECALLABLE_EVENTS):
         return None
-    items = () if isinstance(event, TurnRecorded) else (memory_identity(event),)
+    items = (memory_identity(event),) if isinstance(event, MEMORY_EVENTS) else ()
     return notification("recallable", event, item.sequence, items)
 
 

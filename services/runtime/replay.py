@@ -141,7 +141,7 @@ async def fold(
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
-        mine = [item for item in events if item.sequence <= target]
+        mine = [i for i in events if i.sequence <= target and type(i.event) in projection.folds]
         for start in range(0, len(mine), batch_size):
             await apply_once(sessions, projection, mine[start : start + batch_size], None)
         async with sessions() as session, session.begin():

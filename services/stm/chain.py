@@ -20,7 +20,7 @@ from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.services.stm.projection import conversation_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
-from memoryd.shared.contracts.events import TurnRecorded, derived_id
+from memoryd.shared.contracts.events import Event, TurnRecorded, derived_id
 from memoryd.shared.contracts.memoryos import PageChained
 from memoryd.shared.domain.stm import ConversationKey
 from memoryd.shared.stores import chain as store
@@ -128,6 +128,7 @@ class ChainProjection:
     """Keep the continuity verdict and chain summary of each conversation's recent pages."""
 
     consumer = subjects.CHAIN_CONSUMER
+    folds: frozenset[type[Event]] = frozenset({TurnRecorded, PageChained})
     tables = store.TABLES
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:

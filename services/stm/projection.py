@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
-from memoryd.shared.contracts.events import PageEvicted, TurnRecorded, derived_id
+from memoryd.shared.contracts.events import Event, PageEvicted, TurnRecorded, derived_id
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.stm import ConversationKey, Page, append_page
 from memoryd.shared.stores import stm as store
@@ -89,6 +89,7 @@ class StmProjection:
     """Fold turns into per-conversation FIFOs of ``capacity`` pages."""
 
     consumer = subjects.STM_CONSUMER
+    folds: frozenset[type[Event]] = frozenset({TurnRecorded})
     tables = store.TABLES
 
     def __init__(self, capacity: int) -> None:

@@ -402,3 +402,38 @@ async def wait_until_user_applied(
             waiting = [name for name, done in zip(consumers, passed, strict=True) if not done]
             raise TimeoutError(f"consumers still before seq {target} after {timeout}s: {waiting}")
         await asyncio.sleep(0.02)
+
+
+READ_BATCH = 256
+
+
+async def read_subjects(
+    js: JetStreamContext, stream: str, filters: Sequence[str], timeout: float = 10.0
+) -> list[bytes]:
+    """Return the data of every message on the ``filters`` subjects, in stream order.
+
+    An ephemeral consumer reads what the stream holds at the call, unacknowledged (it
+    changes nothing), and is deleted after.
+    """
+    config = api.ConsumerConfig(
+        filter_subjects=list(filters),
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.NONE,
+        inactive_threshold=timeout,
+        mem_storage=True,
+    )
+    subscription = await js.pull_subscribe("", stream=stream, config=config)
+    info = await subscription.consumer_info()
+    try:
+        remaining = info.num_pending or 0
+        found: list[bytes] = []
+        async with asyncio.timeout(timeout):
+            while remaining > 0:
+                batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
+                found += [message.data for message in batch]
+                remaining = batch[-1].metadata.num_pending or 0
+        return found
+    finally:
+        await subscription.unsubscribe()
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(stream, info.name)

@@ -1,6 +1,18 @@
 """The memoryd client SDK."""
 
 from memoryd.shared.adapters.nats_log import NatsUnavailable, PublishFailed
-from memoryd.shared.client.client import MemoryClient, RecallFailed, RecallOverloaded
+from memoryd.shared.client.client import (
+    ListMemoriesFailed,
+    MemoryClient,
+    RecallFailed,
+    RecallOverloaded,
+)
 
-__all__ = ["MemoryClient", "NatsUnavailable", "PublishFailed", "RecallFailed", "RecallOverloaded"]
+__all__ = [
+    "ListMemoriesFailed",
+    "MemoryClient",
+    "NatsUnavailable",
+    "PublishFailed",
+    "RecallFailed",
+    "RecallOverloaded",
+]

@@ -13,13 +13,14 @@ from typing import Any
 from nats.aio.client import Client as NatsClient
 from nats.js import api
 from nats.js.errors import NotFoundError
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import (
     DEFAULT_CONNECT_TIMEOUT,
     EventPublisher,
     connect,
+    read_subjects,
     wait_until_applied,
     wait_until_user_applied,
 )
@@ -31,6 +32,7 @@ from memoryd.shared.client.notifications import (
     check_durable,
     consumer_config,
 )
+from memoryd.shared.contracts.catalog import decode_event
 from memoryd.shared.contracts.events import (
     Category,
     Event,
@@ -40,6 +42,12 @@ from memoryd.shared.contracts.events import (
     SessionEnded,
     TurnRecorded,
 )
+from memoryd.shared.contracts.memories import (
+    ListMemoriesError,
+    ListMemoriesReply,
+    ListMemoriesRequest,
+    MemoryList,
+)
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.recall import (
     RecallError,
@@ -48,10 +56,16 @@ from memoryd.shared.contracts.recall import (
     RecallResponse,
 )
 from memoryd.shared.contracts.scope import Scope, SearchScope
-from memoryd.shared.domain.memories import memory_identity
+from memoryd.shared.domain.memories import (
+    MemoryEvent,
+    memory_history,
+    memory_id_for_key,
+    memory_identity,
+)
 from memoryd.shared.settings import Settings
 
 _reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
+_list_adapter: TypeAdapter[ListMemoriesReply] = TypeAdapter(ListMemoriesReply)
 
 
 class RecallFailed(Exception):
@@ -64,6 +78,14 @@ class RecallFailed(Exception):
 
 class RecallOverloaded(RecallFailed):
     """The recall service is at capacity and refused the request at once: back off, retry."""
+
+
+class ListMemoriesFailed(Exception):
+    """The service refused or could not answer a list request."""
+
+    def __init__(self, error: ListMemoriesError) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
 
 
 def _failure(error: RecallError) -> RecallFailed:
@@ -275,6 +297,61 @@ class MemoryClient:
             raise _failure(answer)
         return answer
 
+    async def list_memories(
+        self,
+        scope: Scope,
+        *,
+        search_scope: SearchScope = SearchScope.AGENT,
+        categories: Sequence[Category] | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        timeout: float = 5.0,
+    ) -> MemoryList:
+        """Return a page of the explicit memories visible to ``scope``, newest change first.
+
+        Asked of the query service on the tenant's own subject; ``total`` counts them all.
+        Raises ``ListMemoriesFailed`` when the service refuses the request.
+        """
+        request = ListMemoriesRequest(
+            scope=scope,
+            search_scope=search_scope,
+            categories=tuple(categories) if categories is not None else None,
+            limit=limit,
+            offset=offset,
+        )
+        reply = await self._nc.request(
+            subjects.list_memories_subject(scope.tenant),
+            request.model_dump_json().encode(),
+            timeout=timeout,
+        )
+        answer = _list_adapter.validate_json(reply.data)
+        if isinstance(answer, ListMemoriesError):
+            raise ListMemoriesFailed(answer)
+        return answer
+
+    async def memory_history(
+        self,
+        scope: Scope,
+        memory_id: uuid.UUID | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> list[MemoryEvent]:
+        """Return every event that made or ended one memory of the user, in log order.
+
+        Name it by ``memory_id`` or by ``key`` (in ``scope``'s agent and namespace), not
+        both. Read from the log itself, on the user's subjects only: each version
+        (``memory.remembered``), the forget, the expiry, or the session end that cleared it.
+        """
+        if (memory_id is None) == (key is None):
+            raise ValueError("memory_history needs exactly one of memory_id or key")
+        target = memory_id if memory_id is not None else memory_id_for_key(scope, str(key))
+        filters = subjects.user_event_filters(
+            scope.tenant, scope.user_id, subjects.MEMORY_HISTORY_TYPES
+        )
+        found = await read_subjects(self._js, self._stream, filters, timeout)
+        return memory_history(_decoded(found, scope), target)
+
     @asynccontextmanager
     async def notifications(
         self,
@@ -316,7 +393,7 @@ class MemoryClient:
         live = LiveNotifications(max_pending)
 
         async def deliver(msg: Any) -> None:
-            live.deliver(MemoryUpdated.model_validate_json(msg.data))
+            live.deliver(msg.data)
 
         subscription = await self._nc.subscribe(subject, cb=deliver)
         await self._nc.flush()
@@ -389,3 +466,16 @@ class MemoryClient:
             consumers,
             timeout,
         )
+
+
+def _decoded(messages: Iterable[bytes], scope: Scope) -> list[Event]:
+    """Decode the user's events; skip what the workers dead-letter (invalid or misfiled)."""
+    events: list[Event] = []
+    for data in messages:
+        try:
+            event = decode_event(data)
+        except ValidationError:
+            continue
+        if (event.scope.tenant, event.scope.user_id) == (scope.tenant, scope.user_id):
+            events.append(event)
+    return events

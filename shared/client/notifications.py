@@ -19,10 +19,13 @@ from collections import deque
 from datetime import datetime
 from typing import Literal, Protocol
 
+import structlog
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
+from pydantic import ValidationError
 
-from memoryd.shared.contracts.notifications import MemoryUpdated
+from memoryd.shared.contracts.errors import describe_validation_error
+from memoryd.shared.contracts.notifications import MemoryUpdated, parse_notification
 
 # Where a subscription starts: "new" (only what is published from now), "all" (everything the
 # stream still holds), a notification stream sequence (int), or a time (aware datetime).
@@ -30,6 +33,26 @@ Start = Literal["new", "all"] | int | datetime
 
 # How long one fetch waits on the server before asking again (it returns at once on a message).
 FETCH_WAIT_SECONDS = 5.0
+log = structlog.get_logger(__name__)
+
+
+def readable(data: bytes, sequence: int | None = None) -> MemoryUpdated | None:
+    """Return the notification ``data`` holds, or None (logged) when this SDK cannot read it.
+
+    A kind or version newer than this SDK, or a message that is no notification at all, is
+    skipped rather than raised: one unreadable message must not stop a subscriber.
+    """
+    try:
+        return parse_notification(data)
+    except ValidationError as unreadable:
+        log.warning(
+            "notification_skipped",
+            stream_seq=sequence,
+            reason=describe_validation_error(unreadable),
+        )
+        return None
+
+
 # An unnamed stream subscription's consumer is removed this long after its client went away.
 EPHEMERAL_INACTIVE_SECONDS = 60.0
 
@@ -82,9 +105,14 @@ def consumer_config(
 
 
 class Notifications(Protocol):
-    """A subscription's notifications: ``await get()`` or ``async for``."""
+    """A subscription's notifications: ``await get()`` or ``async for``.
+
+    ``skipped`` counts the messages this SDK could not read (a newer kind or version): they
+    are logged and passed over, never handed out.
+    """
 
     sequence: int | None
+    skipped: int
 
     async def get(self) -> MemoryUpdated:
         """Return the next notification, waiting for one."""
@@ -105,10 +133,15 @@ class LiveNotifications:
     def __init__(self, max_pending: int) -> None:
         self._queue: asyncio.Queue[MemoryUpdated] = asyncio.Queue(maxsize=max_pending)
         self.dropped = 0  # notifications that arrived while ``max_pending`` were held
+        self.skipped = 0
         self.sequence: int | None = None  # live notifications carry no stream sequence
 
-    def deliver(self, note: MemoryUpdated) -> None:
-        """Hold ``note`` for the app, or count it dropped when the app is too far behind."""
+    def deliver(self, data: bytes) -> None:
+        """Hold a notification for the app, or count it dropped when the app is too far behind."""
+        note = readable(data)
+        if note is None:
+            self.skipped += 1
+            return
         try:
             self._queue.put_nowait(note)
         except asyncio.QueueFull:
@@ -144,14 +177,23 @@ class StreamNotifications:
         self._buffer: deque[Msg] = deque()
         self._in_hand: Msg | None = None
         self.sequence: int | None = None
+        self.skipped = 0
 
     async def get(self) -> MemoryUpdated:
-        """Acknowledge the notification taken before; return the next one, waiting for it."""
+        """Acknowledge the notification taken before; return the next one, waiting for it.
+
+        A message this SDK cannot read is terminated (never delivered again) and skipped.
+        """
         await self._acknowledge_in_hand()
-        while not self._buffer:
-            self._buffer.extend(await self._fetch())
-        msg = self._buffer.popleft()
-        note = MemoryUpdated.model_validate_json(msg.data)
+        while True:
+            while not self._buffer:
+                self._buffer.extend(await self._fetch())
+            msg = self._buffer.popleft()
+            note = readable(msg.data, msg.metadata.sequence.stream)
+            if note is not None:
+                break
+            self.skipped += 1
+            await msg.term()
         self._in_hand = msg
         self.sequence = msg.metadata.sequence.stream
         return note

@@ -1,4 +1,4 @@
-"""Versioned contracts: events, recall request-reply, notifications."""
+"""Versioned contracts: events, recall and list-memories request-reply, notifications."""
 
 from memoryd.shared.contracts.catalog import (
     EVENT_TYPES,
@@ -17,6 +17,12 @@ from memoryd.shared.contracts.events import (
     TurnRecorded,
     derived_id,
 )
+from memoryd.shared.contracts.memories import (
+    ListMemoriesError,
+    ListMemoriesRequest,
+    MemoryList,
+    StoredMemory,
+)
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.contracts.recall import (
     MemoryItem,
@@ -33,8 +39,11 @@ __all__ = [
     "AnyEvent",
     "Category",
     "Event",
+    "ListMemoriesError",
+    "ListMemoriesRequest",
     "MemoryForgotten",
     "MemoryItem",
+    "MemoryList",
     "MemoryRemembered",
     "MemoryType",
     "MemoryUpdated",
@@ -47,6 +56,7 @@ __all__ = [
     "Scope",
     "SearchScope",
     "SessionEnded",
+    "StoredMemory",
     "TurnRecorded",
     "decode_event",
     "derived_id",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from pydantic import ValidationError
 
 _MAX_MESSAGE = 200
@@ -27,9 +30,16 @@ def describe_validation_error(error: ValidationError) -> str:
     ``scope.user_id: String should match pattern '...'; query: Field required``. The input
     is left out: it may hold a secret, and the dead letter keeps the original bytes anyway.
     """
+    return describe_errors(
+        error.errors(include_url=False, include_input=False, include_context=False)
+    )
+
+
+def describe_errors(errors: Iterable[Mapping[str, Any]]) -> str:
+    """Return pydantic error details (``loc`` and ``msg`` of each) as one line, no inputs."""
     problems = []
-    for detail in error.errors(include_url=False, include_input=False, include_context=False):
-        path = _path(detail["loc"])
-        message = _clip(detail["msg"])
+    for detail in errors:
+        path = _path(tuple(detail["loc"]))
+        message = _clip(str(detail["msg"]))
         problems.append(f"{path}: {message}" if path else message)
     return "; ".join(problems)

@@ -184,12 +184,14 @@ class MemoryOsContext(BaseModel):
     traits: list[TraitItem] = []
 
 
-class RecallRequest(BaseModel):
-    """Ask for the memory context that answers ``query`` for ``scope``."""
+class RecallOptions(BaseModel):
+    """What a recall asks for: every field of ``RecallRequest`` but whose memory it reads.
+
+    The HTTP API takes this as its body and binds the scope from the caller's token.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scope: Scope
     query: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] = ""
     search_scope: SearchScope = SearchScope.AGENT
     limit: int = Field(default=10, ge=1, le=100)
@@ -209,6 +211,12 @@ class RecallRequest(BaseModel):
     # still queued then is dropped unworked and answered ``deadline_exceeded``. It assumes the
     # caller's clock and the service's agree (NTP); leave it unset to wait however long.
     deadline: AwareDatetime | None = None
+
+
+class RecallRequest(RecallOptions):
+    """Ask for the memory context that answers ``query`` for ``scope``."""
+
+    scope: Scope
 
 
 class PageItem(BaseModel):

@@ -166,10 +166,48 @@ class Edge:
     item_id: uuid.UUID
 
 
-def matched_entities(query: str, names: Iterable[str]) -> set[str]:
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class EntityNames:
+    """A scope's entity keys, filed under their first word for whole-word matching.
+
+    A key named as whole words in a text has each of its words as a whole word of the text
+    (the key's own ends sit on non-word characters there), so only keys whose first word is
+    one of the query's words can match: a query checks a handful, not every name it knows.
+    """
+
+    by_first_word: Mapping[str, tuple[str, ...]]
+    wordless: tuple[str, ...] = ()  # keys with no word character at all: always checked
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> EntityNames:
+        """Index ``keys`` (the user entity left out: first person names it)."""
+        filed: dict[str, list[str]] = defaultdict(list)
+        wordless = []
+        for key in keys:
+            if key == USER_ENTITY:
+                continue
+            first = _WORD.search(key)
+            if first is None:
+                wordless.append(key)
+            else:
+                filed[first.group()].append(key)
+        return cls({word: tuple(found) for word, found in filed.items()}, tuple(wordless))
+
+    def named_in(self, folded: str) -> set[str]:
+        """Return the keys the casefolded text names as whole words."""
+        words = set(_WORD.findall(folded))
+        candidates = [key for word in words for key in self.by_first_word.get(word, ())]
+        return {key for key in (*candidates, *self.wordless) if names_word(key, folded)}
+
+
+def matched_entities(query: str, names: Iterable[str] | EntityNames) -> set[str]:
     """Return the entity keys the query names as whole words (and the user, if first person)."""
     folded = query.casefold()
-    found = {key for key in names if key != USER_ENTITY and names_word(key, folded)}
+    index = names if isinstance(names, EntityNames) else EntityNames.of(names)
+    found = index.named_in(folded)
     if _FIRST_PERSON.search(folded):
         found.add(USER_ENTITY)
     return found
@@ -252,6 +290,26 @@ def _edges_by_node(edges: Sequence[Edge]) -> dict[str, list[Edge]]:
         if edge.target != edge.source:
             touching[edge.target].append(edge)
     return touching
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeGraph:
+    """What every graph search in a scope reads, until the graph changes.
+
+    ``total`` items, how many mention each entity (``counts``), the ``hubs`` among them, the
+    entity ``names`` indexed for matching, and the ``edges`` no later fact ended.
+    """
+
+    total: int
+    counts: Mapping[str, int]
+    hubs: frozenset[str]
+    names: EntityNames
+    edges: Sequence[Edge]
+
+    @classmethod
+    def of(cls, total: int, counts: Mapping[str, int], edges: Sequence[Edge]) -> ScopeGraph:
+        """Derive the hubs and the name index from the counts."""
+        return cls(total, counts, frozenset(hubs(total, counts)), EntityNames.of(counts), edges)
 
 
 def hubs(total: int, counts: Mapping[str, int]) -> set[str]:

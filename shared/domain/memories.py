@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TypeGuard
 
-from memoryd.shared.contracts.events import Category, MemoryForgotten, MemoryRemembered
+from memoryd.shared.contracts.events import (
+    Category,
+    MemoryForgotten,
+    MemoryRemembered,
+    SessionEnded,
+)
+from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.text import terms
 
@@ -56,3 +64,43 @@ def keyword_score(query: str, content: str, importance: float) -> float:
     if overlap == 0:
         return 0.0
     return overlap / math.sqrt(len(query_terms) * max(1, len(content_terms))) + 0.1 * importance
+
+
+MemoryEvent = MemoryRemembered | MemoryForgotten | MemoryExpired | SessionEnded
+
+
+def _clears(version: MemoryRemembered | None, ended: SessionEnded) -> bool:
+    """Say whether a session's end cleared ``version`` (a conversation memory of it)."""
+    return (
+        version is not None
+        and version.category is Category.CONVERSATION
+        and (version.scope.tenant, version.scope.user_id, version.scope.session_id)
+        == (ended.scope.tenant, ended.scope.user_id, ended.scope.session_id)
+    )
+
+
+def _concerns(
+    event: object, memory_id: uuid.UUID, live: MemoryRemembered | None
+) -> TypeGuard[MemoryEvent]:
+    """Say whether ``event`` made or ended memory ``memory_id`` (``live``: its live version)."""
+    if isinstance(event, MemoryRemembered | MemoryForgotten):
+        return memory_identity(event) == memory_id
+    if isinstance(event, MemoryExpired):
+        return live is not None and event.source_event_id == live.event_id
+    return isinstance(event, SessionEnded) and _clears(live, event)
+
+
+def memory_history(events: Iterable[object], memory_id: uuid.UUID) -> list[MemoryEvent]:
+    """Return the events that made and ended memory ``memory_id``, in log order.
+
+    Every remember of it (its versions) and forget of it; an expiry of the version then live;
+    a session end that cleared it (a conversation memory of that session). ``events`` is one
+    user's log in order; the rest of it is left out.
+    """
+    history: list[MemoryEvent] = []
+    live: MemoryRemembered | None = None
+    for event in events:
+        if _concerns(event, memory_id, live):
+            history.append(event)
+            live = event if isinstance(event, MemoryRemembered) else None
+    return history

@@ -11,10 +11,11 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Table, delete, false, func, select, update
+from sqlalchemy import ColumnElement, Row, Table, delete, false, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.index import ScopeFilter
@@ -26,9 +27,9 @@ from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.graph import (
     Edge,
     EdgeChange,
+    ScopeGraph,
     TimedEdge,
     graph_scores,
-    hubs,
     matched_entities,
     node_id,
     walk,
@@ -78,6 +79,12 @@ def _when(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+async def scope_graph(session: AsyncSession, scope: ScopeFilter) -> ScopeGraph:
+    """Read what every graph search of the scope's owner needs: counts and valid edges."""
+    total, counts = await mention_counts(session, scope)
+    return ScopeGraph.of(total, counts, await _valid_edges(session, scope))
+
+
 async def mention_counts(session: AsyncSession, scope: ScopeFilter) -> tuple[int, dict[str, int]]:
     """Return how many items the scope's graph holds, and how many mention each entity."""
     total = await session.scalar(select(func.count()).where(_owner(graph_items, scope)))
@@ -94,21 +101,21 @@ async def graph_search(
     query: str,
     scope: ScopeFilter,
     limit: int,
-    mentions: tuple[int, dict[str, int]] | None = None,
+    graph: ScopeGraph | None = None,
 ) -> list[GraphHit]:
     """Return the items the query's entities lead to, best first.
 
     A mention counts ``ln(1 + items / mentions)`` (rare entities say more); hubs count 0.
-    ``mentions`` is ``mention_counts`` of the scope when the caller has it already.
+    ``graph`` is ``scope_graph`` of the scope when the caller holds it already.
     """
-    total, counts = mentions if mentions is not None else await mention_counts(session, scope)
-    start = matched_entities(query, counts.keys() | {USER_ENTITY})
+    graph = graph if graph is not None else await scope_graph(session, scope)
+    start = matched_entities(query, graph.names)
     if not start:
         return []
-    named = [key for key in start - {USER_ENTITY} - hubs(total, counts)]
+    named = [key for key in start - {USER_ENTITY} - graph.hubs]
     found = await _mentions_of(session, scope, named)
-    reached = walk(start, await _valid_edges(session, scope), set(terms(query)))
-    scores = graph_scores(found, reached, total, counts)
+    reached = walk(start, graph.edges, set(terms(query)))
+    scores = graph_scores(found, reached, graph.total, graph.counts)
     if not scores:
         return []
     return await _best_hits(session, scope, scores, limit)
@@ -149,103 +156,249 @@ async def _best_hits(
 
 # --- writes (the graph projection's) ------------------------------------------------------
 
-
-async def item_source(session: AsyncSession, item_id: uuid.UUID) -> uuid.UUID | None:
-    """Return the event an item's current text came from (None: no such item)."""
-    source: uuid.UUID | None = await session.scalar(
-        select(graph_items.c.source_event_id).where(graph_items.c.item_id == item_id)
-    )
-    return source
+_CHUNK = 400  # keys per IN (...) clause: at most 4 columns each, far below SQLite's limit
+_UserKey = tuple[str, str, str]  # (tenant, user_id, key)
+_PairKey = tuple[str, str, str, str]  # (tenant, user_id, source_key, relation)
 
 
-async def store_item(session: AsyncSession, row: Mapping[str, object]) -> None:
-    """Store an item's row, dropping what an older text of it said (mentions, edges)."""
-    item_id: uuid.UUID = row["item_id"]  # type: ignore[assignment]
-    await forget_items(session, [item_id], keep_item=True)
-    await upsert(session, graph_items, [dict(row)], ["item_id"])
+@dataclass(slots=True)
+class _OwnedEdge:
+    """An edge as the batch holds it: the fact, whose it is, and whether it must be written."""
+
+    tenant: str
+    user_id: str
+    item_id: uuid.UUID
+    edge: TimedEdge
+    sequence: int
+    dirty: bool
 
 
-async def forget_items(
-    session: AsyncSession, item_ids: Sequence[uuid.UUID], keep_item: bool = False
-) -> None:
-    """Remove items' mentions and edges (a forgotten fact leaves the graph entirely)."""
-    if not item_ids:
-        return
-    await session.execute(delete(graph_mentions).where(graph_mentions.c.item_id.in_(item_ids)))
-    await session.execute(delete(graph_edges).where(graph_edges.c.item_id.in_(item_ids)))
-    if not keep_item:
-        await session.execute(delete(graph_items).where(graph_items.c.item_id.in_(item_ids)))
+class GraphWork:
+    """One batch's unit of work on the graph: reads once, writes every change at ``flush``.
 
+    The projection asks and changes the graph event by event, as if each change were
+    written at once; the work reads what it has not seen (all a batch needs, when
+    ``prefetch`` is told it first) and keeps the changes in memory. ``flush`` writes them in
+    a handful of statements: the deletes first, then the rows that outlived them.
+    """
 
-async def conversation_items(session: AsyncSession, scope: Scope) -> list[uuid.UUID]:
-    """Return the conversation memories of a session (what its end clears)."""
-    found = await session.execute(
-        select(graph_items.c.item_id).where(
-            (graph_items.c.tenant == scope.tenant)
-            & (graph_items.c.user_id == scope.user_id)
-            & (graph_items.c.session_id == scope.session_id)
-            & (graph_items.c.category == Category.CONVERSATION.value)
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+        self._sources: dict[uuid.UUID, uuid.UUID | None] = {}  # item -> source event (None: gone)
+        self._items: dict[uuid.UUID, dict[str, object]] = {}  # rows stored in this batch
+        self._nodes: dict[_UserKey, bool] = {}  # entity -> has a node
+        self._new_nodes: dict[_UserKey, dict[str, object]] = {}
+        self._mentions: dict[uuid.UUID, dict[_UserKey, dict[str, object]]] = {}  # item -> rows
+        self._pairs: set[_PairKey] = set()  # (source, relation) pairs whose edges are held
+        self._edges: dict[uuid.UUID, _OwnedEdge] = {}
+        self._by_pair: dict[_PairKey, dict[uuid.UUID, None]] = defaultdict(dict)
+        self._by_item: dict[uuid.UUID, dict[uuid.UUID, None]] = defaultdict(dict)
+        self._cleared: set[uuid.UUID] = set()  # items whose mentions and edges go
+        self._dropped: set[uuid.UUID] = set()  # items whose row goes
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def prefetch(
+        self,
+        items: Iterable[uuid.UUID],
+        nodes: Iterable[_UserKey],
+        pairs: Iterable[_PairKey],
+    ) -> None:
+        """Read at once what the batch will ask about: items' sources, nodes, edge pairs."""
+        await self._load_sources(items)
+        await self._load_nodes(nodes)
+        await self._load_pairs(pairs)
+
+    async def item_source(self, item_id: uuid.UUID) -> uuid.UUID | None:
+        """Return the event an item's current text came from (None: no such item)."""
+        await self._load_sources([item_id])
+        return self._sources[item_id]
+
+    async def conversation_items(self, scope: Scope) -> list[uuid.UUID]:
+        """Return the conversation memories of a session (what its end clears)."""
+        found = await self._session.execute(
+            select(graph_items.c.item_id).where(
+                (graph_items.c.tenant == scope.tenant)
+                & (graph_items.c.user_id == scope.user_id)
+                & (graph_items.c.session_id == scope.session_id)
+                & (graph_items.c.category == Category.CONVERSATION.value)
+            )
         )
+        changed = self._items.keys() | self._dropped  # this batch knows better than the table
+        stored = [row.item_id for row in found if row.item_id not in changed]
+        batch = [
+            item_id
+            for item_id, row in self._items.items()
+            if _in_session(row, scope) and row["category"] == Category.CONVERSATION.value
+        ]
+        return stored + batch
+
+    async def edges_of(self, scope: Scope, pairs: Iterable[tuple[str, str]]) -> list[TimedEdge]:
+        """Return the user's edges, valid or not, of these (source, relation) pairs."""
+        wanted = {(scope.tenant, scope.user_id, source, relation) for source, relation in pairs}
+        await self._load_pairs(wanted)
+        return [self._edges[edge_id].edge for pair in wanted for edge_id in self._by_pair[pair]]
+
+    async def _load_sources(self, item_ids: Iterable[uuid.UUID]) -> None:
+        missing = [item_id for item_id in dict.fromkeys(item_ids) if item_id not in self._sources]
+        for chunk in _chunks(missing):
+            rows = await self._session.execute(
+                select(graph_items.c.item_id, graph_items.c.source_event_id).where(
+                    graph_items.c.item_id.in_(chunk)
+                )
+            )
+            self._sources.update({row.item_id: row.source_event_id for row in rows})
+        self._sources.update({item_id: None for item_id in missing if item_id not in self._sources})
+
+    async def _load_nodes(self, keys: Iterable[_UserKey]) -> None:
+        missing = [key for key in dict.fromkeys(keys) if key not in self._nodes]
+        c = graph_nodes.c
+        for chunk in _chunks(missing):
+            rows = await self._session.execute(
+                select(c.tenant, c.user_id, c.name_key).where(
+                    tuple_(c.tenant, c.user_id, c.name_key).in_(chunk)
+                )
+            )
+            self._nodes.update({(row.tenant, row.user_id, row.name_key): True for row in rows})
+        self._nodes.update({key: False for key in missing if key not in self._nodes})
+
+    async def _load_pairs(self, pairs: Iterable[_PairKey]) -> None:
+        missing = [pair for pair in dict.fromkeys(pairs) if pair not in self._pairs]
+        c = graph_edges.c
+        for chunk in _chunks(missing):
+            rows = await self._session.execute(
+                select(graph_edges).where(
+                    tuple_(c.tenant, c.user_id, c.source_key, c.relation).in_(chunk)
+                )
+            )
+            for row in rows:
+                if row.edge_id not in self._edges and row.item_id not in self._cleared:
+                    self._hold(_held_edge(row))
+        self._pairs.update(missing)
+
+    # --- changes -------------------------------------------------------------------------
+
+    def store_item(self, row: Mapping[str, object]) -> None:
+        """Store an item's row, dropping what an older text of it said (mentions, edges)."""
+        item_id: uuid.UUID = row["item_id"]  # type: ignore[assignment]
+        self.forget_items([item_id], keep_item=True)
+        self._items[item_id] = dict(row)
+        self._sources[item_id] = row["source_event_id"]  # type: ignore[assignment]
+
+    def forget_items(self, item_ids: Iterable[uuid.UUID], keep_item: bool = False) -> None:
+        """Remove items' mentions and edges (a forgotten fact leaves the graph entirely)."""
+        gone = set(item_ids)
+        if not gone:
+            return
+        self._cleared |= gone
+        for item_id in gone:
+            self._mentions.pop(item_id, None)
+            for edge_id in self._by_item.pop(item_id, {}):
+                held = self._edges.pop(edge_id)
+                del self._by_pair[_pair_of(held)][edge_id]
+        if not keep_item:
+            self._dropped |= gone
+            for item_id in gone:
+                self._items.pop(item_id, None)
+                self._sources[item_id] = None
+
+    async def add_nodes(
+        self, scope: Scope, named: Mapping[str, tuple[str, str]], first_seen_at: datetime
+    ) -> None:
+        """Add a node for each named entity (key -> name, type) the user's graph lacks."""
+        keys = {key: (scope.tenant, scope.user_id, key) for key in named}
+        await self._load_nodes(keys.values())
+        for key, (name, entity_type) in sorted(named.items()):
+            if self._nodes[keys[key]]:
+                continue
+            self._nodes[keys[key]] = True
+            self._new_nodes[keys[key]] = {
+                "node_id": node_id(scope.tenant, scope.user_id, key),
+                "tenant": scope.tenant,
+                "user_id": scope.user_id,
+                "name_key": key,
+                "name": name,
+                "entity_type": entity_type,
+                "first_seen_at": first_seen_at,
+            }
+
+    def add_mentions(
+        self, scope: Scope, item_id: uuid.UUID, keys: Iterable[str], occurred_at: datetime
+    ) -> None:
+        """Record that an item mentions these entities."""
+        mentions = self._mentions.setdefault(item_id, {})
+        for key in sorted(keys):
+            mentions[(scope.tenant, scope.user_id, key)] = {
+                "tenant": scope.tenant,
+                "user_id": scope.user_id,
+                "name_key": key,
+                "item_id": item_id,
+                "occurred_at": occurred_at,
+            }
+
+    def write_edges(
+        self, scope: Scope, item_id: uuid.UUID, change: EdgeChange, sequence: int
+    ) -> None:
+        """Apply an ``EdgeChange``: end the older edges, add the item's new ones."""
+        for edge_id, at in change.invalidate.items():
+            held = self._edges[edge_id]
+            held.edge = replace(held.edge, invalid_at=at)
+            held.dirty = True
+        for edge in change.insert:
+            self._hold(_OwnedEdge(scope.tenant, scope.user_id, item_id, edge, sequence, dirty=True))
+
+    def _hold(self, held: _OwnedEdge) -> None:
+        edge_id = held.edge.edge_id
+        if edge_id in self._edges:  # the same fact asserted again: one row, the newer values
+            old = self._edges[edge_id]
+            del self._by_item[old.item_id][edge_id]
+            del self._by_pair[_pair_of(old)][edge_id]
+        self._edges[edge_id] = held
+        self._by_item[held.item_id][edge_id] = None
+        self._by_pair[_pair_of(held)][edge_id] = None
+
+    # --- write ---------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write the batch's changes: deletes first, then every row that outlived them."""
+        cleared, dropped = sorted(self._cleared), sorted(self._dropped)
+        for chunk in _chunks(cleared):
+            await self._delete(graph_mentions, chunk)
+            await self._delete(graph_edges, chunk)
+        for chunk in _chunks(dropped):
+            await self._delete(graph_items, chunk)
+        session = self._session
+        await upsert(session, graph_items, list(self._items.values()), ["item_id"])
+        await upsert(session, graph_nodes, list(self._new_nodes.values()), ["node_id"])
+        mentions = [row for rows in self._mentions.values() for row in rows.values()]
+        await upsert(session, graph_mentions, mentions, MENTION_KEY)
+        edges = [_edge_row(held) for held in self._edges.values() if held.dirty]
+        await upsert(session, graph_edges, edges, ["edge_id"])
+
+    async def _delete(self, table: Table, item_ids: Sequence[uuid.UUID]) -> None:
+        await self._session.execute(delete(table).where(table.c.item_id.in_(item_ids)))
+
+
+MENTION_KEY = ["tenant", "user_id", "name_key", "item_id"]
+
+
+def _pair_of(held: _OwnedEdge) -> _PairKey:
+    return (held.tenant, held.user_id, held.edge.source, held.edge.relation)
+
+
+def _in_session(row: Mapping[str, object], scope: Scope) -> bool:
+    return (row["tenant"], row["user_id"], row["session_id"]) == (
+        scope.tenant,
+        scope.user_id,
+        scope.session_id,
     )
-    return [row.item_id for row in found]
 
 
-async def add_nodes(
-    session: AsyncSession,
-    scope: Scope,
-    named: Mapping[str, tuple[str, str]],
-    first_seen_at: datetime,
-) -> None:
-    """Add a node for each named entity (key -> name, type) the user's graph lacks."""
-    known = await _known_nodes(session, scope, list(named))
-    rows = [
-        {
-            "node_id": node_id(scope.tenant, scope.user_id, key),
-            "tenant": scope.tenant,
-            "user_id": scope.user_id,
-            "name_key": key,
-            "name": name,
-            "entity_type": entity_type,
-            "first_seen_at": first_seen_at,
-        }
-        for key, (name, entity_type) in sorted(named.items())
-        if key not in known
-    ]
-    if rows:
-        await upsert(session, graph_nodes, rows, ["node_id"])
+T = TypeVar("T")
 
 
-async def _known_nodes(session: AsyncSession, scope: Scope, keys: list[str]) -> set[str]:
-    """Return which of these entities the user's graph has a node for."""
-    existing = await session.execute(
-        select(graph_nodes.c.name_key).where(
-            (graph_nodes.c.tenant == scope.tenant)
-            & (graph_nodes.c.user_id == scope.user_id)
-            & graph_nodes.c.name_key.in_(keys)
-        )
-    )
-    return {row.name_key for row in existing}
-
-
-async def add_mentions(
-    session: AsyncSession,
-    scope: Scope,
-    item_id: uuid.UUID,
-    keys: Iterable[str],
-    occurred_at: datetime,
-) -> None:
-    """Record that an item mentions these entities."""
-    rows = [
-        {
-            "tenant": scope.tenant,
-            "user_id": scope.user_id,
-            "name_key": key,
-            "item_id": item_id,
-            "occurred_at": occurred_at,
-        }
-        for key in sorted(keys)
-    ]
-    await upsert(session, graph_mentions, rows, ["tenant", "user_id", "name_key", "item_id"])
+def _chunks(values: Sequence[T]) -> Iterable[Sequence[T]]:
+    return (values[start : start + _CHUNK] for start in range(0, len(values), _CHUNK))
 
 
 def _utc(at: datetime) -> datetime:
@@ -258,73 +411,29 @@ def _utc_or_none(at: datetime | None) -> datetime | None:
     return None if at is None else _utc(at)
 
 
-async def edges_of(
-    session: AsyncSession, scope: Scope, pairs: Iterable[tuple[str, str]]
-) -> list[TimedEdge]:
-    """Return the user's edges, valid or not, of these (source, relation) pairs."""
-    wanted = set(pairs)
-    if not wanted:
-        return []
-    c = graph_edges.c
-    rows = await session.execute(
-        select(c.edge_id, c.source_key, c.relation, c.target_key, c.valid_at, c.invalid_at).where(
-            (c.tenant == scope.tenant)
-            & (c.user_id == scope.user_id)
-            & c.source_key.in_({source for source, _ in wanted})
-            & c.relation.in_({relation for _, relation in wanted})
-        )
+def _held_edge(row: Row[Any]) -> _OwnedEdge:
+    edge = TimedEdge(
+        row.edge_id,
+        row.source_key,
+        row.relation,
+        row.target_key,
+        _utc(row.valid_at),
+        _utc_or_none(row.invalid_at),
     )
-    edges = [
-        TimedEdge(
-            row.edge_id,
-            row.source_key,
-            row.relation,
-            row.target_key,
-            _utc(row.valid_at),
-            _utc_or_none(row.invalid_at),
-        )
-        for row in rows
-    ]
-    return [edge for edge in edges if (edge.source, edge.relation) in wanted]
+    return _OwnedEdge(row.tenant, row.user_id, row.item_id, edge, row.stream_seq, dirty=False)
 
 
-async def write_edges(
-    session: AsyncSession,
-    scope: Scope,
-    item_id: uuid.UUID,
-    change: EdgeChange,
-    sequence: int,
-) -> None:
-    """Persist an ``EdgeChange``: end the older edges, insert the item's new ones."""
-    await _end_edges(session, change.invalidate)
-    rows = [_edge_row(scope, item_id, edge, sequence) for edge in change.insert]
-    if rows:
-        await upsert(session, graph_edges, rows, ["edge_id"])
-
-
-async def _end_edges(session: AsyncSession, invalidate: Mapping[uuid.UUID, datetime]) -> None:
-    """Set each edge's ``invalid_at`` (one update per distinct time)."""
-    by_time: dict[datetime, list[uuid.UUID]] = defaultdict(list)
-    for edge_id, at in invalidate.items():
-        by_time[_utc(at)].append(edge_id)
-    for at, edge_ids in sorted(by_time.items()):
-        await session.execute(
-            update(graph_edges).where(graph_edges.c.edge_id.in_(edge_ids)).values(invalid_at=at)
-        )
-
-
-def _edge_row(
-    scope: Scope, item_id: uuid.UUID, edge: TimedEdge, sequence: int
-) -> dict[str, object]:
+def _edge_row(held: _OwnedEdge) -> dict[str, object]:
+    edge = held.edge
     return {
         "edge_id": edge.edge_id,
-        "tenant": scope.tenant,
-        "user_id": scope.user_id,
+        "tenant": held.tenant,
+        "user_id": held.user_id,
         "source_key": edge.source,
         "relation": edge.relation,
         "target_key": edge.target,
-        "item_id": item_id,
+        "item_id": held.item_id,
         "valid_at": _utc(edge.valid_at),
         "invalid_at": _utc_or_none(edge.invalid_at),
-        "stream_seq": sequence,
+        "stream_seq": held.sequence,
     }

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import memories, memory_expirations
 from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.events import Category, MemoryRemembered
+from memoryd.shared.contracts.memories import ListMemoriesRequest
 from memoryd.shared.contracts.scope import Scope, SearchScope
 from memoryd.shared.domain.memories import expires_at
 
 TABLES = (memories,)
+_CHUNK = 500  # ids per IN (...) clause
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +67,28 @@ def memory_row(
     }
 
 
-async def held(session: AsyncSession, memory_id: uuid.UUID) -> Held | None:
-    """Return who holds ``memory_id`` (None: nobody)."""
-    found = await session.execute(
-        select(memories.c.tenant, memories.c.user_id, memories.c.created_at).where(
-            memories.c.memory_id == memory_id
+async def holders(session: AsyncSession, memory_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Held]:
+    """Return who holds each of ``memory_ids`` that someone holds."""
+    c = memories.c
+    found: dict[uuid.UUID, Held] = {}
+    for start in range(0, len(memory_ids), _CHUNK):
+        rows = await session.execute(
+            select(c.memory_id, c.tenant, c.user_id, c.created_at).where(
+                c.memory_id.in_(memory_ids[start : start + _CHUNK])
+            )
         )
-    )
-    row = found.first()
-    return None if row is None else Held(row.tenant, row.user_id, row.created_at)
+        found |= {row.memory_id: Held(row.tenant, row.user_id, row.created_at) for row in rows}
+    return found
 
 
-async def put(session: AsyncSession, row: dict[str, Any]) -> None:
-    """Insert or replace a memory row."""
-    await upsert(session, memories, [row], ["memory_id"])
+def held_by(row: dict[str, Any]) -> Held:
+    """Return who holds the memory a row stores, as ``holders`` would read it back."""
+    return Held(row["tenant"], row["user_id"], row["created_at"])
+
+
+async def put(session: AsyncSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert or replace memory rows (one per memory id)."""
+    await upsert(session, memories, rows, ["memory_id"])
 
 
 async def forget(session: AsyncSession, scope: Scope, memory_id: uuid.UUID) -> list[uuid.UUID]:
@@ -118,17 +129,39 @@ def scope_filter(scope: Scope, search_scope: SearchScope) -> ColumnElement[bool]
     return condition
 
 
+def _unexpired(now: datetime) -> ColumnElement[bool]:
+    return or_(memories.c.expires_at.is_(None), memories.c.expires_at > now)
+
+
 async def visible(
     session: AsyncSession, scope: Scope, search_scope: SearchScope, now: datetime
 ) -> list[dict[str, Any]]:
     """Return the unexpired memories visible to ``scope``."""
     rows = await session.execute(
-        select(memories).where(
-            scope_filter(scope, search_scope),
-            or_(memories.c.expires_at.is_(None), memories.c.expires_at > now),
-        )
+        select(memories).where(scope_filter(scope, search_scope), _unexpired(now))
     )
     return [dict(row._mapping) for row in rows]
+
+
+async def listed(
+    session: AsyncSession, request: ListMemoriesRequest, now: datetime
+) -> tuple[list[dict[str, Any]], int]:
+    """Return a page of the unexpired memories the request asks for, and how many there are.
+
+    Most recently changed first (then by id, so pages do not overlap).
+    """
+    where = [scope_filter(request.scope, request.search_scope), _unexpired(now)]
+    if request.categories is not None:
+        where.append(memories.c.category.in_([c.value for c in request.categories]))
+    total = await session.scalar(select(func.count()).select_from(memories).where(*where))
+    rows = await session.execute(
+        select(memories)
+        .where(*where)
+        .order_by(memories.c.updated_at.desc(), memories.c.memory_id)
+        .limit(request.limit)
+        .offset(request.offset)
+    )
+    return [dict(row._mapping) for row in rows], int(total or 0)
 
 
 async def expiring(session: AsyncSession, now: datetime) -> list[dict[str, Any]]:

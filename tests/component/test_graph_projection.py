@@ -23,9 +23,11 @@ from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions
 from memoryd.shared.contracts.events import (
+    Category,
     Event,
     MemoryForgotten,
     MemoryRemembered,
+    SessionEnded,
     TurnRecorded,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted
@@ -219,3 +221,75 @@ async def test_a_memory_rewritten_before_its_extraction_reaches_the_log_replays_
     ]
     live, replayed = await replayed_equals_live(tmp_path, said)
     assert live == replayed
+
+
+def mixed_day() -> list[Event]:
+    """Return turns and memories that rewrite, contradict and forget one another."""
+    chat = Scope(tenant="acme", user_id="alice", session_id="s2")
+    return [
+        turn("I live in Paris.", 0),
+        remember("I live in Lisbon.", 2),
+        turn("I drive a Volvo.", 3),
+        remember("I live in Berlin.", 5),
+        turn("I live in Rome.", 6),
+        MemoryForgotten(occurred_at=T0 + 7 * DAY, scope=SCOPE, key="home"),
+        MemoryRemembered(
+            occurred_at=T0 + 8 * DAY,
+            scope=chat,
+            key="mood",
+            content="I work with Maria in Madrid.",
+            category=Category.CONVERSATION,
+        ),
+        turn("I live in Oslo.", 9),
+        SessionEnded(occurred_at=T0 + 10 * DAY, scope=chat),
+    ]
+
+
+async def checksums_of(
+    folder: Path,
+    name: str,
+    projection: GraphProjection,
+    batches: Sequence[Sequence[Positioned]],
+    live: bool,
+) -> dict[str, str]:
+    """Apply ``batches`` (one transaction each) to a fresh database; return its checksums.
+
+    Live, as the worker applies them; replayed, as ``apply_once`` does (with the ledger that
+    tells a later batch where a trigger was applied).
+    """
+    engine, sessions = await database(folder, name)
+    try:
+        for batch in batches:
+            if live:
+                await apply(sessions, projection, batch)
+            else:
+                await apply_once(sessions, projection, batch, None)
+        return await read_model_checksums(engine, projection.tables)
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
+async def test_one_batch_leaves_the_graph_that_one_event_per_transaction_leaves(
+    tmp_path: Path, live: bool
+) -> None:
+    """Rewrites, contradictions, a forget and a session end inside one batch fold as they do
+    one transaction at a time (the batch reads once and writes at the end)."""
+    decisions = MemoryDecisionLog()
+    triggers = mixed_day()
+    for event in triggers:
+        if isinstance(event, TurnRecorded | MemoryRemembered):
+            await decide(OfflineExtractor(), decisions, event)
+    log = positioned(triggers if live else [*triggers, *decisions.events.values()])
+
+    def projection() -> GraphProjection:
+        if live:
+            return live_projection(decisions)
+        return GraphProjection(NoDecisions(), NoDecisions())
+
+    singles = [[item] for item in log]
+    one_by_one = await checksums_of(tmp_path, "single.db", projection(), singles, live)
+    batches = [log[:2], log[2:]]  # the second batch reads what the first one wrote
+    batched = await checksums_of(tmp_path, "batch.db", projection(), batches, live)
+
+    assert one_by_one == batched

@@ -1,16 +1,24 @@
-"""Recall's read cache on SQLite: state is read again exactly when its writer moved."""
+"""Recall's read cache on SQLite: state is read again exactly when its writer changed it."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.recall.cache import ReadCache
+from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.contracts.events import MemoryRemembered, TurnRecorded
+from memoryd.shared.contracts.scope import Scope
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+SCOPE = Scope(tenant="acme", user_id="anna")
 
 
 @pytest.fixture
@@ -22,10 +30,10 @@ async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSess
     await engine.dispose()
 
 
-async def test_state_is_loaded_again_only_after_its_consumer_moves(
+async def test_state_is_loaded_again_only_after_its_consumer_changes_it(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    """Two reads at one position load once; a write by the consumer loads again."""
+    """Two reads at one version load once; a change by the consumer loads again."""
     cache = ReadCache()
     loads: list[int] = []
 
@@ -38,11 +46,36 @@ async def test_state_is_loaded_again_only_after_its_consumer_moves(
         second = await cache.read(session, "memoryd-mtm", "anna", load)
     async with sessions() as session, session.begin():
         await tracking.advance(session, "memoryd-mtm", 7)
+        await tracking.changed(session, "memoryd-mtm", 7)
     async with sessions() as session:
         third = await cache.read(session, "memoryd-mtm", "anna", load)
         other_writer = await cache.read(session, "memoryd-graph", "anna", load)
 
     assert (1, 1, 2, 3) == (first, second, third, other_writer)
+
+
+async def test_a_consumer_that_moved_past_events_it_does_not_fold_keeps_the_cached_state(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Recall traffic (events the graph does not fold) moves the position, not the version."""
+    cache = ReadCache()
+    loads: list[int] = []
+
+    async def load(session: AsyncSession) -> int:
+        loads.append(1)
+        return len(loads)
+
+    async with sessions() as session, session.begin():
+        await tracking.advance(session, "memoryd-graph", 3)
+        await tracking.changed(session, "memoryd-graph", 3)
+    async with sessions() as session:
+        first = await cache.read(session, "memoryd-graph", "anna", load)
+    async with sessions() as session, session.begin():
+        await tracking.advance(session, "memoryd-graph", 90)
+    async with sessions() as session:
+        second = await cache.read(session, "memoryd-graph", "anna", load)
+
+    assert (1, 1) == (first, second)
 
 
 async def test_the_least_recently_used_value_is_dropped_over_capacity(
@@ -61,13 +94,51 @@ async def test_the_least_recently_used_value_is_dropped_over_capacity(
     assert 2 == len(cache)
 
 
+async def test_versions_are_read_in_one_query_zero_for_a_consumer_without_one(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The tiers read their writers' versions together; an unknown consumer is at 0."""
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, "memoryd-mtm", 7)
+    async with sessions() as session:
+        found = await tracking.versions(session, ("memoryd-mtm", "memoryd-persona"))
+
+    assert {"memoryd-mtm": 7, "memoryd-persona": 0} == found
+
+
 async def test_positions_are_read_in_one_query_zero_for_a_consumer_without_one(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    """The tiers read their writers' positions together; an unknown consumer is at 0."""
+    """The recallable tracker reads positions together; an unknown consumer is at 0."""
     async with sessions() as session, session.begin():
         await tracking.advance(session, "memoryd-mtm", 7)
     async with sessions() as session:
         found = await tracking.positions(session, ("memoryd-mtm", "memoryd-persona"))
 
     assert {"memoryd-mtm": 7, "memoryd-persona": 0} == found
+
+
+async def test_a_batch_moves_the_version_only_when_the_projection_folds_one_of_its_events(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A turn moves the memories projection's position only; a remember moves both."""
+    projection = MemoriesProjection(daily_ttl_days=1)
+    turn = TurnRecorded(occurred_at=T0, scope=SCOPE, query="hi", response="hello")
+    memory = MemoryRemembered(occurred_at=T0, scope=SCOPE, content="Anna likes tea")
+    consumers = [projection.consumer]
+
+    await apply_once(sessions, projection, [Positioned(turn, 1)], None)
+    async with sessions() as session:
+        after_turn = (await tracking.positions(session, consumers), await versions(session))
+    await apply_once(sessions, projection, [Positioned(memory, 2)], None)
+    async with sessions() as session:
+        after_memory = (await tracking.positions(session, consumers), await versions(session))
+
+    assert ({projection.consumer: 1}, 0) == after_turn
+    assert ({projection.consumer: 2}, 2) == after_memory
+
+
+async def versions(session: AsyncSession) -> int:
+    """Return the memories projection's version."""
+    found = await tracking.versions(session, [MemoriesProjection.consumer])
+    return found[MemoriesProjection.consumer]

@@ -6,6 +6,7 @@ log, so nothing was lost, doubled or left behind.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -86,7 +87,8 @@ async def test_a_partial_replay_leaves_every_other_read_model_unchanged(
 async def test_an_event_id_reused_for_other_content_is_refused_by_every_projection(
     stack: Stack, client: MemoryClient
 ) -> None:
-    """The first event with an id wins everywhere; a later one is dead-lettered with the reason."""
+    """The first event with an id wins everywhere; a later one is dead-lettered with the reason
+    by every projection that folds turns (the others never read it: it only moves them on)."""
     scope = new_scope()
     first = TurnRecorded(occurred_at=T0, scope=scope, query="I live in Lisbon", response="ok")
     impostor = first.model_copy(update={"query": "I live in Madrid"})
@@ -104,7 +106,9 @@ async def test_an_event_id_reused_for_other_content_is_refused_by_every_projecti
     answer = await client.recall(scope, "where do I live?")
     await client.wait_until_applied()  # the recall's own events, before verify reads
 
-    assert set(subjects.PROJECTION_CONSUMERS) == {letter.consumer for letter in letters}
+    readers = {name for name, run in stack.runners.items() if TurnRecorded in run.projection.folds}
+    assert {"memoryd-stm", "memoryd-indexer", "memoryd-graph", "memoryd-stm-chain"} == readers
+    assert readers == {letter.consumer for letter in letters}
     assert {encode_event(impostor)} == {letter.data for letter in letters}
     assert all("first occurrence wins" in letter.reason for letter in letters)
     assert ["I live in Lisbon", "still here?"] == [page.query for page in answer.pages]
@@ -213,3 +217,52 @@ async def test_verify_names_the_read_model_and_index_key_that_differ(
     assert ["index:memory", "memories"] == report.differences
     assert 0 == report.live["memories"].count
     assert 1 == report.fresh["memories"].count
+
+
+@pytest.mark.model
+async def test_a_message_a_worker_never_got_is_applied_long_before_ack_wait(
+    settings: Settings, make_stack: StackFactory
+) -> None:
+    """A turn delivered to every consumer and lost before its worker saw it (as a fetch can
+    lose one) is applied once the worker finds itself idle with it unacked, not after the
+    60 s ack_wait; the late redelivery is then acked as already applied."""
+    changes = {"ack_wait_seconds": 60.0, "idle_poll_seconds": 0.5}
+    settings = settings.model_copy(update=changes)
+    await _delete_streams(settings.nats_url or "", settings)
+    nc = await nats.connect(settings.nats_url or "")
+    js = nc.jetstream()
+    await ensure_streams(js, settings)
+    scope = new_scope()
+    turn = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
+    await EventPublisher(js, settings.stream_name).publish(turn)
+    for consumer in subjects.PROJECTION_CONSUMERS:
+        lost = await js.pull_subscribe(
+            subjects.ALL_EVENTS,
+            durable=consumer,
+            stream=settings.stream_name,
+            config=consumer_config(consumer, settings),
+        )
+        assert 1 == len(await lost.fetch(1, timeout=5))  # delivered, never handed on
+    await nc.close()
+    stack = await make_stack(changes=changes, keep_streams=True)
+    client = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
+    try:
+        async with asyncio.timeout(20):  # a third of ack_wait
+            seen = await applied_everywhere(stack, client, scope, turn.event_id)
+    finally:
+        await client.close()
+
+    assert {turn.event_id} == seen
+
+
+async def applied_everywhere(
+    stack: Stack, client: MemoryClient, scope: Scope, turn_id: uuid.UUID
+) -> set[uuid.UUID]:
+    """Poll until every projection has applied sequence 1 and recall shows the turn's page;
+    return the pages' turn ids then."""
+    while True:
+        applied = await positions(stack)
+        pages = {page.turn_id for page in (await client.recall(scope)).pages}
+        if turn_id in pages and all(applied.get(c, 0) >= 1 for c in subjects.PROJECTION_CONSUMERS):
+            return pages
+        await asyncio.sleep(0.2)

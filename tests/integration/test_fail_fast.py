@@ -218,3 +218,36 @@ def test_openai_embeddings_without_a_base_url_are_refused(tmp_path: Path) -> Non
     result = run_memoryd(["up"], _env(tmp_path, MEMORYD_EMBEDDING_KIND="openai"))
     line = refused_with_one_line(result)
     assert "MEMORYD_EMBEDDING_BASE_URL" in line
+
+
+# --- memoryd mcp without a scope to serve ---------------------------------------------
+@pytest.mark.parametrize(
+    ("transport", "extra", "expected"),
+    [
+        ("stdio", {}, "set MEMORYD_MCP_TENANT and MEMORYD_MCP_USER"),
+        ("stdio", {"MEMORYD_MCP_TENANT": "acme", "MEMORYD_MCP_USER": "a.b"}, "user_id: String"),
+        ("http", {}, "set MEMORYD_MCP_TOKENS_FILE to a JSON file of tokens to scopes"),
+    ],
+)
+def test_mcp_without_a_valid_scope_refuses_to_start(
+    transport: str, extra: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    """`memoryd mcp` names the setting that binds its scope instead of serving without one."""
+    result = run_memoryd(["mcp", "--transport", transport], _env(tmp_path, **extra))
+
+    assert expected in refused_with_one_line(result)
+
+
+def test_mcp_refuses_a_token_file_with_a_short_token_without_showing_it(tmp_path: Path) -> None:
+    """A guessable token is refused by its position in the file; the token is not printed."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"letmein": {"tenant": "acme", "user_id": "alice"}}')
+
+    line = refused_with_one_line(
+        run_memoryd(
+            ["mcp", "--transport", "http"], _env(tmp_path, MEMORYD_MCP_TOKENS_FILE=str(tokens))
+        )
+    )
+
+    assert "token #1 is shorter than 16 characters" in line
+    assert "letmein" not in line

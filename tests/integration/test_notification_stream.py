@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
 
+from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import ensure_streams
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.client import MemoryClient
@@ -207,3 +209,44 @@ async def test_a_durable_name_resumed_for_another_user_is_refused(
     with pytest.raises(ValueError, match="follows"):
         async with client.notifications(feed.tenant, "bob", durable="app"):
             pass
+
+
+async def publish_unreadable(client: MemoryClient, feed: Feed, settings: Settings) -> None:
+    """Store a notification of a kind this SDK does not know (as a newer server might)."""
+    newer = feed.note("alice", 0).model_dump(mode="json") | {"kind": "page.touched"}
+    await client._js.publish(
+        subjects.notify_subject(feed.tenant, "alice", "page.touched"),
+        json.dumps(newer).encode(),
+        stream=settings.notify_stream_name,
+    )
+
+
+async def test_a_notification_the_sdk_cannot_read_is_skipped_and_never_blocks_the_stream(
+    memory: tuple[MemoryClient, Feed, Settings],
+) -> None:
+    """An unknown kind between two readable notifications is counted and passed over, and a
+    resumed durable subscriber is not handed it again."""
+    client, feed, settings = memory
+    await feed.publish(1, users=("alice",))
+    await publish_unreadable(client, feed, settings)
+    await feed.publish(1, users=("alice",))
+    async with client.notifications(feed.tenant, durable="app", start="all") as updates:
+        taken = await take(updates, 2)
+        skipped = updates.skipped
+    info = await client._js.consumer_info(settings.notify_stream_name, "app")
+
+    assert ([("alice", 1), ("alice", 2)], 1) == (taken, skipped)
+    assert (0, 0) == (info.num_pending, info.num_ack_pending)
+
+
+async def test_a_live_subscriber_skips_a_notification_it_cannot_read(
+    memory: tuple[MemoryClient, Feed, Settings],
+) -> None:
+    """A live subscription counts an unknown kind as skipped and still gets the next one."""
+    client, feed, settings = memory
+    async with client.notifications(feed.tenant) as updates:
+        await publish_unreadable(client, feed, settings)
+        await feed.publish(1, users=("alice",))
+        taken = await take(updates, 1)
+
+        assert ([("alice", 1)], 1) == (taken, updates.skipped)

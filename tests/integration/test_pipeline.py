@@ -25,6 +25,7 @@ from memoryd.shared.contracts import (
     derived_id,
     encode_event,
 )
+from memoryd.shared.contracts.notifications import notification_type
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -228,7 +229,7 @@ async def test_session_end_clears_only_its_conversation_memories(
 
 async def test_subscribers_are_notified_of_changes(stack: Stack, client: MemoryClient) -> None:
     """A subscriber to a user's notifications sees pages added, memories stored, and each
-    turn and memory becoming recallable."""
+    turn and memory becoming recallable, each as its kind's contract."""
     scope = scope_for()
     async with client.notifications(scope.tenant, scope.user_id) as queue:
         turn_id = await client.record_turn(scope, "hi", "hello")
@@ -237,6 +238,7 @@ async def test_subscribers_are_notified_of_changes(stack: Stack, client: MemoryC
     kinds = {note.kind: note for note in notes if note.kind != "recallable"}
     recallable = [note for note in notes if note.kind == "recallable"]
     assert {"page.added", "memory.stored"} == set(kinds)
+    assert {notification_type(note.kind) for note in notes} == {type(note) for note in notes}
     assert (memory_id,) == kinds["memory.stored"].item_ids
     assert [turn_id] == [note.event_id for note in recallable if not note.item_ids]
     assert [(memory_id,)] == [note.item_ids for note in recallable if note.item_ids]

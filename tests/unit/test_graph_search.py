@@ -5,10 +5,18 @@ from __future__ import annotations
 import re
 import uuid
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryd.shared.domain.graph import Edge, matched_entities, name_key, names_word, walk
+from memoryd.shared.domain.graph import (
+    Edge,
+    EntityNames,
+    matched_entities,
+    name_key,
+    names_word,
+    walk,
+)
 from memoryd.shared.domain.text import terms
 
 LISBON, ANNA, GOOGLE = (uuid.UUID(int=n) for n in (1, 2, 3))
@@ -53,3 +61,51 @@ def test_the_user_node_walks_only_the_relations_the_query_names() -> None:
 def test_entity_keys_fold_case_and_spacing() -> None:
     """Two spellings of one name are one node."""
     assert name_key("New  York") == name_key("new york")
+
+
+KEYS = [
+    "anna",
+    "anna maria",
+    "maria",
+    "o'brien",
+    "st. louis",
+    "c++",
+    "rock_band",
+    "zoë",
+    "nyc 2024",
+    "2024",
+    "!!!",
+    "-x-",
+    "new york",
+    "york",
+]
+QUERIES = [
+    "Did Anna Maria meet O'Brien in St. Louis?",
+    "annabel and maria",
+    "I code in C++ and c# with the rock_band",
+    "Zoë went to NYC 2024!!!",
+    "what about -x- and !!!?",
+    "New  York or new york",
+    "mariana, york-shire",
+    "",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_name_index_matches_exactly_what_checking_every_name_matches(query: str) -> None:
+    """Filing names under their first word finds the same names as testing each one."""
+    folded = query.casefold()
+    every = {key for key in KEYS if names_word(key, folded)}
+
+    assert every == EntityNames.of(KEYS).named_in(folded)
+
+
+@given(st.lists(_PIECES.map(str.casefold), max_size=8), _PIECES)
+def test_the_name_index_agrees_with_checking_every_name_on_any_text(
+    keys: list[str], query: str
+) -> None:
+    """For any names and text, the index finds exactly the names a full scan finds."""
+    folded = query.casefold()
+    every = {key for key in keys if key != "user" and names_word(key, folded)}
+
+    assert every == EntityNames.of(keys).named_in(folded)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -75,7 +76,7 @@ def test_a_live_subscription_holds_at_most_max_pending_and_counts_the_rest() -> 
     """An app that takes nothing holds max_pending notifications; the others are counted."""
     live = LiveNotifications(max_pending=3)
     for n in range(10):
-        live.deliver(note(n))
+        live.deliver(note(n).model_dump_json().encode())
 
     assert (3, 7) == (live.held(), live.dropped)
 
@@ -84,7 +85,7 @@ async def test_a_live_subscription_keeps_the_oldest_it_could_hold_in_order() -> 
     """What a full live subscription keeps is the first notifications, in arrival order."""
     live = LiveNotifications(max_pending=2)
     for n in range(5):
-        live.deliver(note(n))
+        live.deliver(note(n).model_dump_json().encode())
 
     assert [0, 1] == [(await live.get()).stream_seq, (await live.get()).stream_seq]
 
@@ -101,3 +102,14 @@ def test_the_notification_stream_keeps_every_notify_subject_within_its_limits() 
         config.discard,
         config.name,
     )
+
+
+def test_a_live_subscription_skips_what_it_cannot_read_and_counts_it() -> None:
+    """A newer kind is counted as skipped, not held, and does not take a place in the queue."""
+    live = LiveNotifications(max_pending=2)
+    newer = note(0).model_dump(mode="json") | {"kind": "page.touched"}
+    live.deliver(json.dumps(newer).encode())
+    live.deliver(b"not json")
+    live.deliver(note(1).model_dump_json().encode())
+
+    assert (1, 2, 0) == (live.held(), live.skipped, live.dropped)

@@ -16,3 +16,26 @@ def test_notification_filters_narrow_to_a_tenant_or_a_user() -> None:
     """Subscribers can follow a whole tenant or one user."""
     assert "memoryd.notify.acme.*.>" == subjects.notify_filter("acme")
     assert "memoryd.notify.acme.bob.>" == subjects.notify_filter("acme", "bob")
+
+
+def test_list_memories_subjects_put_the_tenant_where_permissions_can_grant_it() -> None:
+    """A tenant's list requests go to its own rpc subject, which the service subscribes."""
+    assert "memoryd.rpc.acme.memories.list" == subjects.list_memories_subject("acme")
+    assert "memoryd.rpc.*.memories.list" == subjects.ALL_LIST_MEMORIES
+
+
+def test_rpc_tenant_reads_the_tenant_token_of_a_per_tenant_subject() -> None:
+    """The tenant comes back from a per-tenant subject; other subjects name none."""
+    assert "acme" == subjects.rpc_tenant(subjects.list_memories_subject("acme"))
+    assert None is subjects.rpc_tenant(subjects.RECALL_SUBJECT)
+    assert None is subjects.rpc_tenant("memoryd.ev.acme.alice.turn_recorded_v1")
+
+
+def test_user_event_filters_name_one_subject_per_event_type() -> None:
+    """A user's events of given types are read from exactly their subjects."""
+    found = subjects.user_event_filters("acme", "bob", ("memory.remembered.v1", "session.ended.v1"))
+
+    assert [
+        "memoryd.ev.acme.bob.memory_remembered_v1",
+        "memoryd.ev.acme.bob.session_ended_v1",
+    ] == found

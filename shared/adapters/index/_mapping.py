@@ -78,13 +78,21 @@ def stored_payload(point: IndexPoint) -> dict[str, Any]:
 
 
 def hit_from_stored(point_id: UUID | str | int, score: float, payload: Mapping[str, Any]) -> Hit:
-    """Rebuild a search hit from what the engine returned."""
+    """Rebuild a search hit from what the engine returned.
+
+    The payload is what ``stored_payload`` wrote (JSON of a validated ``IndexPayload``): it is
+    rebuilt without validating it again (only the event id turns back into a UUID), which
+    cost ~25 us a hit over the hundreds of candidates a recall reads.
+    """
     fields = dict(payload)
     text = fields.pop(TEXT_KEY)
-    return Hit(
+    source = fields.get("source_event_id")
+    if source is not None:
+        fields["source_event_id"] = UUID(str(source))
+    return Hit.model_construct(
         id=UUID(str(point_id)),
         score=score,
-        payload=IndexPayload.model_validate(fields),
+        payload=IndexPayload.model_construct(**fields),
         text=text,
     )
 

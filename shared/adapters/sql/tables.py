@@ -27,6 +27,15 @@ tracking = Table(
     Column("position", BigInteger, nullable=False),
 )
 
+# consumer -> the last stream sequence whose batch changed its read models (a batch of events
+# it does not fold moves ``tracking`` only). Readers that cache a read model key it on this.
+read_model_versions = Table(
+    "read_model_versions",
+    metadata,
+    Column("consumer", String(64), primary_key=True),
+    Column("sequence", BigInteger, nullable=False),
+)
+
 # consumer -> every event id it applied, where, and a digest of the content: an event id met
 # again later in the log is a duplicate (same digest: skipped) or a conflict (dead-lettered);
 # the first occurrence wins in every projection. Written in the change's transaction.

@@ -1,4 +1,9 @@
-"""Tracking rows: which stream sequence each projection has applied."""
+"""Tracking rows: which stream sequence each projection has applied, and last changed at.
+
+A projection's position moves with every batch it handles, including batches of events it
+does not fold; its version (the sequence of its last batch that changed its read models)
+moves only with a change, so a reader's cache outlives the log's unrelated traffic.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.shared.adapters.sql.tables import tracking
+from memoryd.shared.adapters.sql.tables import read_model_versions, tracking
 from memoryd.shared.adapters.sql.upsert import upsert
 
 
@@ -31,6 +36,22 @@ async def advance(session: AsyncSession, consumer: str, sequence: int) -> None:
     await upsert(session, tracking, [{"consumer": consumer, "position": sequence}], ["consumer"])
 
 
+async def changed(session: AsyncSession, consumer: str, sequence: int) -> None:
+    """Record that ``consumer``'s read models changed at ``sequence`` (same transaction)."""
+    row = {"consumer": consumer, "sequence": sequence}
+    await upsert(session, read_model_versions, [row], ["consumer"])
+
+
+async def versions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
+    """Return where each consumer's read models last changed, in one query (0: never)."""
+    c = read_model_versions.c
+    rows = await session.execute(select(c.consumer, c.sequence).where(c.consumer.in_(consumers)))
+    found = {consumer: int(sequence) for consumer, sequence in rows}
+    return {consumer: found.get(consumer, 0) for consumer in consumers}
+
+
 async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
-    """Drop the positions of these consumers (their read models are being rebuilt)."""
+    """Drop the positions and versions of these consumers (their models are being rebuilt)."""
     await session.execute(delete(tracking).where(tracking.c.consumer.in_(consumers)))
+    c = read_model_versions.c
+    await session.execute(delete(read_model_versions).where(c.consumer.in_(consumers)))

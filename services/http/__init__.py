@@ -1,0 +1,1 @@
+"""`memoryd http`: memoryd as a versioned HTTP API with server-sent events."""

@@ -1,0 +1,1 @@
+"""The MCP server: memoryd's tools for agents over stdio and streamable HTTP."""
