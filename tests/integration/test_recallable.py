@@ -7,10 +7,12 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
+from nats.js import JetStreamContext
 
 from memoryd.services.bootstrap import build_model
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings.port import Embedder, Vectors
+from memoryd.shared.adapters.nats_log import last_sequence_on
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
 from memoryd.shared.settings import Settings
@@ -106,6 +108,19 @@ async def test_recallable_times_out_for_an_event_never_written(make_stack: Stack
             await client.recallable(uuid.uuid4(), timeout=0.5)
 
 
+async def settled(client: MemoryClient, js: JetStreamContext, stream: str, scope: Scope) -> None:
+    """Wait until every consumer applied ``scope``'s events and no newer one was derived.
+
+    Workers publish derived events before they ack the cause, so once every consumer passed
+    the newest event of the scope and none is newer, the scope's cascade has ended.
+    """
+    wanted = subjects.user_events_filter(scope.tenant, scope.user_id)
+    while True:
+        applied = await client.wait_until_applied(timeout=WAIT, scope=scope)
+        if await last_sequence_on(js, stream, wanted) == applied:
+            return
+
+
 async def test_a_scoped_wait_returns_while_another_users_backlog_is_pending(
     make_stack: StackFactory, settings: Settings
 ) -> None:
@@ -117,6 +132,9 @@ async def test_a_scoped_wait_returns_while_another_users_backlog_is_pending(
         try:
             turn_id = await client.record_turn(ours, "my cat is called Miso", "Nice name")
             await client.recallable(turn_id, timeout=WAIT)
+            # Our turn's derived events settle first: the indexer folds a batch as one, so an
+            # event of ours fetched beside the gated turn would be held with it.
+            await settled(client, stack.js, stack.settings.stream_name, ours)
             # unique text: PostgreSQL's embedding cache outlives the test
             await client.record_turn(theirs, unique("GATED question"), "GATED answer")
 
