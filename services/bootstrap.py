@@ -479,7 +479,8 @@ def recall_service(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
     tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings), cache)
-    return RecallService(readers, retriever, tiers, record, Admission.from_settings(settings))
+    admission = Admission.from_settings(settings)
+    return RecallService(readers, retriever, tiers, record, admission, cache)
 
 
 def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:

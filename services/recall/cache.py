@@ -13,14 +13,35 @@ reloaded). Below, "position" is that version.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.shared import subjects
 from memoryd.shared.adapters.sql import tracking
 
 T = TypeVar("T")
+
+# The projections whose read models recall reads: their versions are read once per request.
+RECALL_READS = (
+    subjects.STM_CONSUMER,
+    subjects.MEMORIES_CONSUMER,
+    subjects.CHAIN_CONSUMER,
+    subjects.MTM_CONSUMER,
+    subjects.PERSONA_CONSUMER,
+    subjects.GRAPH_CONSUMER,
+)
+Versions = Mapping[str, int]
+
+
+async def read_versions(sessions: async_sessionmaker[AsyncSession]) -> Versions:
+    """Return the versions of every read model recall reads, in one query.
+
+    Read at the start of a request, before any state they guard.
+    """
+    async with sessions() as session:
+        return await tracking.versions(session, RECALL_READS)
 
 
 class ReadCache:
@@ -56,6 +77,25 @@ class ReadCache:
             held: T = value
             return held
         fresh = await load(session)
+        self.keep(consumer, key, position, fresh)
+        return fresh
+
+    async def held(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        consumer: str,
+        key: Hashable,
+        load: Callable[[AsyncSession], Awaitable[T]],
+        at: Versions,
+    ) -> T:
+        """Return ``load``'s value at ``at[consumer]``; open a session only to load it."""
+        position = at[consumer]
+        found, value = self.lookup(consumer, key, position)
+        if found:
+            held: T = value
+            return held
+        async with sessions() as session:
+            fresh = await load(session)
         self.keep(consumer, key, position, fresh)
         return fresh
 

@@ -29,11 +29,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import ReadCache
+from memoryd.services.recall.cache import ReadCache, Versions
 from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
+from memoryd.shared.adapters.sql.times import stored_utc
 from memoryd.shared.contracts.recall import (
     Explanation,
     MemoryItem,
@@ -229,14 +230,14 @@ def _graph_fields(hit: GraphHit) -> dict[str, Any]:
         "category": row["category"],
         "importance": 0.5,
         "evergreen": False,
-        "occurred_at": _aware(row["occurred_at"]),
+        "occurred_at": _stored_time(row["occurred_at"]),
     }
 
 
-def _aware(when: Any) -> datetime:
-    # SQLite hands back naive datetimes for timezone-aware columns: they were stored as UTC.
-    value: datetime = when
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+def _stored_time(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"a graph item's occurred_at is {type(value).__name__}, not a datetime")
+    return stored_utc(value)
 
 
 def _key_of(hit: Hit | GraphHit, fields: Mapping[str, Any]) -> Key:
@@ -445,16 +446,19 @@ class HybridRetriever:
         self._cache = cache or ReadCache()
 
     async def retrieve(
-        self, request: RecallRequest, now: datetime
+        self, request: RecallRequest, now: datetime, at: Versions
     ) -> tuple[list[RetrievedItem], list[SessionHit]]:
-        """Return the request's items (at most ``request.limit``) and sessions, best first."""
+        """Return the request's items (at most ``request.limit``) and sessions, best first.
+
+        ``at``: the read models' versions, read before this request read any.
+        """
         where = scope_filter(request)
         if where is None or not request.query.strip():
             return [], []
         weights = request.weights or self.tuning.weights
         k = request.rrf_k or self.tuning.rrf_k
         now = request.as_of or now
-        streams = await self._streams(request.query, where, weights)
+        streams = await self._streams(request.query, where, weights, at)
         priors = query_priors(request.query, now, self.tuning)
         found = collect(streams)
         items, sessions = score(
@@ -463,7 +467,7 @@ class HybridRetriever:
         return within_limits(items, sessions, request)
 
     async def _streams(
-        self, query: str, where: ScopeFilter, weights: StreamWeights
+        self, query: str, where: ScopeFilter, weights: StreamWeights, at: Versions
     ) -> dict[str, Sequence[Hit | GraphHit]]:
         limit = self.tuning.candidates
         jobs: dict[str, Any] = {}
@@ -471,7 +475,7 @@ class HybridRetriever:
             jobs["bm25"] = self._index.search_sparse(query, where, limit)
         if weights.dense > 0 or weights.graph > 0:
             # Both need the scope's graph (its hubs, its names): read it once, while BM25 runs.
-            graph = asyncio.ensure_future(self._scope_graph(where))
+            graph = asyncio.ensure_future(self._scope_graph(where, at))
         if weights.dense > 0:
             jobs["dense"] = self._dense(query, where, limit, graph)
         if weights.graph > 0:
@@ -479,17 +483,17 @@ class HybridRetriever:
         results = await asyncio.gather(*jobs.values())
         return dict(zip(jobs, results, strict=True))
 
-    async def _scope_graph(self, where: ScopeFilter) -> ScopeGraph:
-        # Counting every mention and reading every valid edge grow with the scope's items:
-        # kept between graph writes. They depend on the owner alone, not on the filters.
+    async def _scope_graph(self, where: ScopeFilter, at: Versions) -> ScopeGraph:
+        # Every mention and every valid edge grow with the scope's items: kept between graph
+        # writes. They depend on the owner alone, not on the filters.
         owner = ScopeFilter(tenant=where.tenant, user_id=where.user_id)
-        async with self._sessions() as session:
-            return await self._cache.read(
-                session,
-                subjects.GRAPH_CONSUMER,
-                ("graph", owner.tenant, owner.user_id),
-                lambda fresh: scope_graph(fresh, owner),
-            )
+        return await self._cache.held(
+            self._sessions,
+            subjects.GRAPH_CONSUMER,
+            ("graph", owner.tenant, owner.user_id),
+            lambda fresh: scope_graph(fresh, owner),
+            at,
+        )
 
     async def _dense(
         self,

@@ -13,9 +13,11 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall.admission import Admission, DeadlinePassed
+from memoryd.services.recall.cache import ReadCache, Versions, read_versions
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.recall.visits import RecordVisit
+from memoryd.shared import subjects
 from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
@@ -96,6 +98,7 @@ class RecallService:
     tiers: TierRecall
     record: RecordVisit
     admission: Admission = field(default_factory=lambda: Admission.from_settings(Settings()))
+    cache: ReadCache = field(default_factory=ReadCache)
 
     async def handle(self, body: bytes) -> bytes:
         """Decode a request, answer it, and encode the reply (an error reply for bad input).
@@ -123,28 +126,43 @@ class RecallService:
         return reply.model_dump_json().encode()
 
     async def answer(self, request: RecallRequest, now: datetime) -> RecallResponse:
-        """Build the memory context for one request and record the segments it visited."""
-        reply = await self._hybrid(request, now)
-        reply, visited = await self.tiers.enrich(self.sessions, request, reply, now)
+        """Build the memory context for one request and record the segments it visited.
+
+        The versions of every read model it reads are read first, in one query: state
+        cached at those versions is used without asking SQL again.
+        """
+        at = await read_versions(self.sessions)
+        reply = await self._hybrid(request, now, at)
+        reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)
         if visited is not None:
             await self.record(visited)
         return reply
 
     async def _conversation(
-        self, request: RecallRequest, now: datetime
+        self, request: RecallRequest, now: datetime, at: Versions
     ) -> tuple[list[PageItem], list[dict[str, Any]]]:
-        async with self.sessions() as session:
-            pages = (
-                await stm_store.conversation_pages(session, request.scope, request.search_scope)
-                if request.include_pages
-                else []
+        scope, wide = request.scope, request.search_scope
+        pages: list[PageItem] = []
+        if request.include_pages:
+            pages = await self.cache.held(
+                self.sessions,
+                subjects.STM_CONSUMER,
+                ("conversation", scope, wide),
+                lambda session: stm_store.conversation_pages(session, scope, wide),
+                at,
             )
-            rows = await memories_store.visible(session, request.scope, request.search_scope, now)
-        return pages, rows
+        rows = await self.cache.held(
+            self.sessions,
+            subjects.MEMORIES_CONSUMER,
+            ("memories", scope, wide),
+            lambda session: memories_store.in_scope(session, scope, wide),
+            at,
+        )
+        return pages, memories_store.unexpired(rows, now)
 
-    async def _hybrid(self, request: RecallRequest, now: datetime) -> RecallResponse:
+    async def _hybrid(self, request: RecallRequest, now: datetime, at: Versions) -> RecallResponse:
         (pages, rows), (items, sessions) = await asyncio.gather(
-            self._conversation(request, now), self.retriever.retrieve(request, now)
+            self._conversation(request, now, at), self.retriever.retrieve(request, now, at)
         )
         ranked = rank_memories(request.query, rows, request.limit)
         found, items = with_found_memories(ranked, rows, items, request.limit)

@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import ReadCache
+from memoryd.services.recall.cache import ReadCache, Versions
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
-from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.contracts.memoryos import SegmentsVisited
 from memoryd.shared.contracts.recall import (
     FactItem,
@@ -63,9 +62,8 @@ class _Page:
         return str(self.row["turn_id"])
 
 
-async def with_meta_chains(session: AsyncSession, pages: Sequence[PageItem]) -> list[PageItem]:
+def with_meta_chains(pages: Sequence[PageItem], chains: Mapping[uuid.UUID, str]) -> list[PageItem]:
     """Return the STM pages with the summary of the chain each belongs to."""
-    chains = await chain_store.meta_chains(session, [page.turn_id for page in pages])
     return [page.model_copy(update={"meta_chain": chains.get(page.turn_id, "")}) for page in pages]
 
 
@@ -289,8 +287,7 @@ async def _persona_with_provenance(
     return persona, await load_provenance(session, persona_sources(persona))
 
 
-MTM, PERSONA = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER
-TIER_WRITERS = (MTM, PERSONA)
+MTM, PERSONA, CHAIN = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER, subjects.CHAIN_CONSUMER
 
 
 class TierRecall:
@@ -310,28 +307,50 @@ class TierRecall:
         request: RecallRequest,
         response: RecallResponse,
         now: datetime,
+        at: Versions,
     ) -> tuple[RecallResponse, SegmentsVisited | None]:
-        """Add the tiers to ``response``; return it and the visit to record (None: none)."""
-        async with sessions() as session:
-            pages = await with_meta_chains(session, response.pages)
-            found = await self._find(session, request)
+        """Add the tiers to ``response``; return it and the visit to record (None: none).
+
+        ``at`` holds the versions of the read models, read before this request read any.
+        """
+        pages = await self._with_chains(sessions, response.pages, at)
+        found = await self._find(sessions, request, at)
         remaining = max(0, request.max_tokens - response.tokens)
         context, block, tokens = render_tiers(self._context(found, now), remaining)
         enriched = with_tiers(response, pages, context, block, tokens)
         return enriched, visit_of(found.top, request.scope, now)
 
-    async def _find(self, session: AsyncSession, request: RecallRequest) -> _Found:
+    async def _with_chains(
+        self, sessions: async_sessionmaker[AsyncSession], pages: list[PageItem], at: Versions
+    ) -> list[PageItem]:
+        """Return the STM pages with their chains' summaries, read once per chain write."""
+        if not pages:
+            return pages
+        turn_ids = tuple(page.turn_id for page in pages)
+        chains = await self._cache.held(
+            sessions,
+            CHAIN,
+            ("chains", turn_ids),
+            lambda session: chain_store.meta_chains(session, turn_ids),
+            at,
+        )
+        return with_meta_chains(pages, chains)
+
+    async def _find(
+        self, sessions: async_sessionmaker[AsyncSession], request: RecallRequest, at: Versions
+    ) -> _Found:
         """Read the user's segments and persona; rank the segments and read their pages."""
-        # The tiers' writers' versions, read once and before the state they guard.
-        at = await tracking.versions(session, TIER_WRITERS)
-        segments, (persona, provenance) = await self._state(session, request.scope, at)
+        segments, (persona, provenance) = await self._state(sessions, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
-        pages = await self._pages(session, [entry.item.id for entry in top], at[MTM])
+        pages = await self._pages(sessions, [entry.item.id for entry in top], at[MTM])
         return _Found(query_vec, top, pages, persona, provenance)
 
     async def _pages(
-        self, session: AsyncSession, segment_ids: Sequence[str], position: int
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        segment_ids: Sequence[str],
+        position: int,
     ) -> list[_Page]:
         """Return the segments' pages, each segment's decoded once per MTM write."""
         held: dict[str, list[_Page]] = {}
@@ -342,29 +361,32 @@ class TierRecall:
                 held[segment_id] = pages
             else:
                 missing.append(segment_id)
-        for segment_id, pages in _by_segment(await load_pages(session, missing)).items():
-            self._cache.keep(MTM, ("pages", segment_id), position, pages)
-            held[segment_id] = pages
+        if missing:
+            async with sessions() as session:
+                loaded = await load_pages(session, missing)
+            for segment_id, pages in _by_segment(loaded).items():
+                self._cache.keep(MTM, ("pages", segment_id), position, pages)
+                held[segment_id] = pages
         return [page for segment_id in segment_ids for page in held.get(segment_id, [])]
 
     async def _state(
-        self, session: AsyncSession, scope: Scope, at: Mapping[str, int]
+        self, sessions: async_sessionmaker[AsyncSession], scope: Scope, at: Versions
     ) -> tuple[list[Segment], tuple[Persona, dict[str, Provenance]]]:
         """Return the user's segments, persona and its provenance, read once per tier write."""
         user = (scope.tenant, scope.user_id)
-        segments = await self._cache.read(
-            session,
+        segments = await self._cache.held(
+            sessions,
             MTM,
             ("segments", user),
             lambda fresh: mtm_store.load_segments(fresh, *user),
-            position=at[MTM],
+            at,
         )
-        persona = await self._cache.read(
-            session,
+        persona = await self._cache.held(
+            sessions,
             PERSONA,
             ("persona", user),
             lambda fresh: _persona_with_provenance(fresh, user),
-            position=at[PERSONA],
+            at,
         )
         return segments, persona
 

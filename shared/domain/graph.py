@@ -296,20 +296,36 @@ def _edges_by_node(edges: Sequence[Edge]) -> dict[str, list[Edge]]:
 class ScopeGraph:
     """What every graph search in a scope reads, until the graph changes.
 
-    ``total`` items, how many mention each entity (``counts``), the ``hubs`` among them, the
-    entity ``names`` indexed for matching, and the ``edges`` no later fact ended.
+    ``total`` items, the items that mention each entity (``mentions``) and how many
+    (``counts``), the ``hubs`` among them, the entity ``names`` indexed for matching, and the
+    ``edges`` no later fact ended.
     """
 
     total: int
+    mentions: Mapping[str, Sequence[uuid.UUID]]
     counts: Mapping[str, int]
     hubs: frozenset[str]
     names: EntityNames
     edges: Sequence[Edge]
 
     @classmethod
-    def of(cls, total: int, counts: Mapping[str, int], edges: Sequence[Edge]) -> ScopeGraph:
-        """Derive the hubs and the name index from the counts."""
-        return cls(total, counts, frozenset(hubs(total, counts)), EntityNames.of(counts), edges)
+    def of(
+        cls, total: int, mentions: Mapping[str, Sequence[uuid.UUID]], edges: Sequence[Edge]
+    ) -> ScopeGraph:
+        """Derive the counts, the hubs and the name index from the mentions."""
+        counts = {key: len(items) for key, items in mentions.items()}
+        return cls(
+            total,
+            mentions,
+            counts,
+            frozenset(hubs(total, counts)),
+            EntityNames.of(counts),
+            edges,
+        )
+
+    def mentioning(self, keys: Iterable[str]) -> list[tuple[uuid.UUID, str]]:
+        """Return the (item, entity) pairs of the items that mention these entities."""
+        return [(item_id, key) for key in keys for item_id in self.mentions.get(key, ())]
 
 
 def hubs(total: int, counts: Mapping[str, int]) -> set[str]:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, Table, delete, false, func, select, tuple_
+from sqlalchemy import ColumnElement, Row, Table, delete, false, func, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.adapters.llm.offline import USER_ENTITY
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
+from memoryd.shared.adapters.sql.times import stored_utc
 from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.events import Category
 from memoryd.shared.contracts.scope import Scope
@@ -54,10 +55,18 @@ def _owner(table: Table, scope: ScopeFilter) -> ColumnElement[bool]:
     return condition
 
 
-def item_filter(scope: ScopeFilter) -> ColumnElement[bool]:
-    """Return the SQL condition for graph items inside ``scope`` (same meaning as the index)."""
+def _owned(row: Row[Any], scope: ScopeFilter) -> bool:
+    """Say whether a row read by key belongs to the scope's owner (``_owner``, in Python)."""
+    return bool(row.tenant == scope.tenant and scope.user_id in (None, row.user_id))
+
+
+def item_filter(scope: ScopeFilter, *, owner: bool = True) -> ColumnElement[bool]:
+    """Return the SQL condition for graph items inside ``scope`` (same meaning as the index).
+
+    ``owner=False`` leaves out tenant and user, for a caller that checks them itself.
+    """
     c = graph_items.c
-    condition = _owner(graph_items, scope)
+    condition: ColumnElement[bool] = _owner(graph_items, scope) if owner else true()
     for field in ("agent_id", "session_id", "namespace"):
         value = getattr(scope, field)
         if value is not None:
@@ -80,20 +89,25 @@ def _when(epoch: float) -> datetime:
 
 
 async def scope_graph(session: AsyncSession, scope: ScopeFilter) -> ScopeGraph:
-    """Read what every graph search of the scope's owner needs: counts and valid edges."""
-    total, counts = await mention_counts(session, scope)
-    return ScopeGraph.of(total, counts, await _valid_edges(session, scope))
+    """Read what every graph search of the scope's owner needs: mentions and valid edges."""
+    total, mentions = await scope_mentions(session, scope)
+    return ScopeGraph.of(total, mentions, await _valid_edges(session, scope))
 
 
-async def mention_counts(session: AsyncSession, scope: ScopeFilter) -> tuple[int, dict[str, int]]:
-    """Return how many items the scope's graph holds, and how many mention each entity."""
+async def scope_mentions(
+    session: AsyncSession, scope: ScopeFilter
+) -> tuple[int, dict[str, list[uuid.UUID]]]:
+    """Return how many items the scope's graph holds, and the items that mention each entity."""
     total = await session.scalar(select(func.count()).where(_owner(graph_items, scope)))
     rows = await session.execute(
-        select(graph_mentions.c.name_key, func.count())
+        select(graph_mentions.c.name_key, graph_mentions.c.item_id)
         .where(_owner(graph_mentions, scope))
-        .group_by(graph_mentions.c.name_key)
+        .order_by(graph_mentions.c.name_key, graph_mentions.c.item_id)
     )
-    return int(total or 0), {row[0]: int(row[1]) for row in rows}
+    mentions: dict[str, list[uuid.UUID]] = defaultdict(list)
+    for key, item_id in rows:
+        mentions[key].append(item_id)
+    return int(total or 0), dict(mentions)
 
 
 async def graph_search(
@@ -112,25 +126,12 @@ async def graph_search(
     start = matched_entities(query, graph.names)
     if not start:
         return []
-    named = [key for key in start - {USER_ENTITY} - graph.hubs]
-    found = await _mentions_of(session, scope, named)
+    found = graph.mentioning(sorted(start - {USER_ENTITY} - graph.hubs))
     reached = walk(start, graph.edges, set(terms(query)))
     scores = graph_scores(found, reached, graph.total, graph.counts)
     if not scores:
         return []
     return await _best_hits(session, scope, scores, limit)
-
-
-async def _mentions_of(
-    session: AsyncSession, scope: ScopeFilter, keys: list[str]
-) -> list[tuple[uuid.UUID, str]]:
-    """Return the (item, entity) pairs of the scope's items that mention these entities."""
-    rows = await session.execute(
-        select(graph_mentions.c.item_id, graph_mentions.c.name_key).where(
-            _owner(graph_mentions, scope), graph_mentions.c.name_key.in_(keys)
-        )
-    )
-    return [(row.item_id, row.name_key) for row in rows]
 
 
 async def _valid_edges(session: AsyncSession, scope: ScopeFilter) -> list[Edge]:
@@ -146,10 +147,16 @@ async def _best_hits(
 ) -> list[GraphHit]:
     """Read the best-scored items inside ``scope``; return at most ``limit``, best first."""
     best = sorted(scores, key=lambda item_id: (-scores[item_id], str(item_id)))[: limit * 4]
+    # Found by primary key, the owner checked here: with tenant and user in the WHERE clause,
+    # SQLite walks every item of the user through the (tenant, user, memory) index instead.
     rows = await session.execute(
-        select(graph_items).where(item_filter(scope), graph_items.c.item_id.in_(best))
+        select(graph_items).where(graph_items.c.item_id.in_(best), item_filter(scope, owner=False))
     )
-    hits = [GraphHit(row.item_id, scores[row.item_id], dict(row._mapping)) for row in rows]
+    hits = [
+        GraphHit(row.item_id, scores[row.item_id], dict(row._mapping))
+        for row in rows
+        if _owned(row, scope)
+    ]
     hits.sort(key=lambda hit: (-hit.score, str(hit.item_id)))
     return hits[:limit]
 
@@ -401,14 +408,8 @@ def _chunks(values: Sequence[T]) -> Iterable[Sequence[T]]:
     return (values[start : start + _CHUNK] for start in range(0, len(values), _CHUNK))
 
 
-def _utc(at: datetime) -> datetime:
-    # SQLite hands datetimes back naive (and stores them without an offset): edge times are
-    # written in UTC, so a naive one read back is UTC and compares right with an aware one.
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
 def _utc_or_none(at: datetime | None) -> datetime | None:
-    return None if at is None else _utc(at)
+    return None if at is None else stored_utc(at)
 
 
 def _held_edge(row: Row[Any]) -> _OwnedEdge:
@@ -417,7 +418,7 @@ def _held_edge(row: Row[Any]) -> _OwnedEdge:
         row.source_key,
         row.relation,
         row.target_key,
-        _utc(row.valid_at),
+        stored_utc(row.valid_at),
         _utc_or_none(row.invalid_at),
     )
     return _OwnedEdge(row.tenant, row.user_id, row.item_id, edge, row.stream_seq, dirty=False)
@@ -433,7 +434,7 @@ def _edge_row(held: _OwnedEdge) -> dict[str, object]:
         "relation": edge.relation,
         "target_key": edge.target,
         "item_id": held.item_id,
-        "valid_at": _utc(edge.valid_at),
+        "valid_at": stored_utc(edge.valid_at),
         "invalid_at": _utc_or_none(edge.invalid_at),
         "stream_seq": held.sequence,
     }

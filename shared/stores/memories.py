@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import memories, memory_expirations
+from memoryd.shared.adapters.sql.times import stored_utc
 from memoryd.shared.adapters.sql.upsert import upsert
 from memoryd.shared.contracts.events import Category, MemoryRemembered
 from memoryd.shared.contracts.memories import ListMemoriesRequest
@@ -137,10 +138,23 @@ async def visible(
     session: AsyncSession, scope: Scope, search_scope: SearchScope, now: datetime
 ) -> list[dict[str, Any]]:
     """Return the unexpired memories visible to ``scope``."""
-    rows = await session.execute(
-        select(memories).where(scope_filter(scope, search_scope), _unexpired(now))
-    )
+    return unexpired(await in_scope(session, scope, search_scope), now)
+
+
+async def in_scope(
+    session: AsyncSession, scope: Scope, search_scope: SearchScope
+) -> list[dict[str, Any]]:
+    """Return every memory row visible to ``scope``, expired ones too (see ``unexpired``).
+
+    Recall keeps these between writes of the memories projection, while time moves on.
+    """
+    rows = await session.execute(select(memories).where(scope_filter(scope, search_scope)))
     return [dict(row._mapping) for row in rows]
+
+
+def unexpired(rows: Iterable[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """Return the rows whose lifetime has not ended at ``now`` (the ``_unexpired`` rule)."""
+    return [row for row in rows if row["expires_at"] is None or stored_utc(row["expires_at"]) > now]
 
 
 async def listed(

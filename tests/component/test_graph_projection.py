@@ -18,6 +18,7 @@ from memoryd.services.graph.extraction import decide
 from memoryd.services.graph.projection import GraphProjection
 from memoryd.services.runtime.decisions import MemoryDecisionLog, NoDecisions
 from memoryd.services.runtime.projection import Positioned, apply_once
+from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.adapters.llm import OfflineExtractor
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
@@ -32,6 +33,7 @@ from memoryd.shared.contracts.events import (
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted
 from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.stores.graph import graph_search, scope_graph
 
 T0 = datetime(2026, 3, 1, 9, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -293,3 +295,34 @@ async def test_one_batch_leaves_the_graph_that_one_event_per_transaction_leaves(
     batched = await checksums_of(tmp_path, "batch.db", projection(), batches, live)
 
     assert one_by_one == batched
+
+
+async def test_graph_search_finds_only_the_owners_items_inside_the_filters(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Two users and two sessions say the same name: a search returns its owner's, in scope."""
+    bob = Scope(tenant="acme", user_id="bob", session_id="s1")
+    other_tenant = Scope(tenant="globex", user_id="alice", session_id="s1")
+    later = Scope(tenant="acme", user_id="alice", session_id="s2")
+    said = [
+        turn("I visited Porto with Marta.", 0),
+        TurnRecorded(occurred_at=T0, scope=later, query="Marta loves Porto.", response=""),
+        TurnRecorded(occurred_at=T0, scope=bob, query="Marta lives in Porto.", response=""),
+        TurnRecorded(occurred_at=T0, scope=other_tenant, query="Marta and Porto.", response=""),
+        # Alice says other names too, so Marta is no hub of hers (a hub counts nothing).
+        *(turn(f"I met {name} today.", 1) for name in ("Ivo", "Rui", "Ana", "Eva", "Teo")),
+    ]
+    await apply(sessions, live_projection(MemoryDecisionLog()), positioned(said))
+    alice = ScopeFilter(tenant="acme", user_id="alice")
+
+    async with sessions() as session:
+        owned = await graph_search(session, "Where did Marta go?", alice, 10)
+        in_s2 = await graph_search(
+            session, "Where did Marta go?", alice.model_copy(update={"session_id": "s2"}), 10
+        )
+        graph = await scope_graph(session, alice)
+
+    assert {"s1", "s2"} == {hit.row["session_id"] for hit in owned}
+    assert {("acme", "alice")} == {(hit.row["tenant"], hit.row["user_id"]) for hit in owned}
+    assert ["s2"] == [hit.row["session_id"] for hit in in_s2]
+    assert 2 == graph.counts["marta"]

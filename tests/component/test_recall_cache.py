@@ -2,8 +2,9 @@
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -14,8 +15,9 @@ from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
-from memoryd.shared.contracts.events import MemoryRemembered, TurnRecorded
-from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.contracts.events import Category, MemoryRemembered, TurnRecorded
+from memoryd.shared.contracts.scope import Scope, SearchScope
+from memoryd.shared.stores import memories as memories_store
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SCOPE = Scope(tenant="acme", user_id="anna")
@@ -142,3 +144,59 @@ async def versions(session: AsyncSession) -> int:
     """Return the memories projection's version."""
     found = await tracking.versions(session, [MemoriesProjection.consumer])
     return found[MemoriesProjection.consumer]
+
+
+async def test_a_value_held_at_the_requests_version_opens_no_session(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """At one version the second read costs no SQL at all; a newer version loads again."""
+    cache = ReadCache()
+    opened: list[int] = []
+
+    def counted() -> AsyncSession:
+        opened.append(1)
+        return sessions()
+
+    async def load(session: AsyncSession) -> str:
+        return f"state {len(opened)}"
+
+    reader = cast(async_sessionmaker[AsyncSession], counted)
+    first = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 4})
+    again = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 4})
+    newer = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 5})
+
+    assert ("state 1", "state 1", "state 2") == (first, again, newer)
+    assert 2 == len(opened)
+
+
+async def test_a_daily_memory_held_by_recall_leaves_it_when_its_lifetime_ends(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Rows are held between memory writes, but time still ends a daily memory's lifetime."""
+    projection = MemoriesProjection(daily_ttl_days=1)
+    daily = MemoryRemembered(
+        occurred_at=T0, scope=SCOPE, content="Anna is in Rome today", category=Category.DAILY
+    )
+    lasting = MemoryRemembered(occurred_at=T0, scope=SCOPE, content="Anna likes tea")
+    await apply_once(sessions, projection, [Positioned(daily, 1), Positioned(lasting, 2)], None)
+    cache = ReadCache()
+    async with sessions() as session:
+        at = await tracking.versions(session, [projection.consumer])
+
+    async def held() -> list[str]:
+        rows = await cache.held(
+            sessions,
+            projection.consumer,
+            ("memories", SCOPE),
+            lambda session: memories_store.in_scope(session, SCOPE, SearchScope.USER),
+            at,
+        )
+        return sorted(row["content"] for row in memories_store.unexpired(rows, now))
+
+    now = T0 + timedelta(hours=1)
+    same_day = await held()
+    now = T0 + timedelta(days=2)
+    two_days_on = await held()
+
+    assert ["Anna is in Rome today", "Anna likes tea"] == same_day
+    assert ["Anna likes tea"] == two_days_on
