@@ -17,6 +17,7 @@ import structlog
 from pydantic import ValidationError
 
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
+from memoryd.services.runtime.heap import freeze_startup_heap
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
     group_dead_letters,
@@ -47,6 +48,7 @@ async def _wait_for_signal() -> None:
 async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
     """Run the stack until Ctrl-C or SIGTERM, then shut everything down."""
     stack = await start_stack(settings, components)  # type: ignore[arg-type]
+    log.info("startup_heap_frozen", objects=freeze_startup_heap())
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url_file = _url_file(settings)
     url_file.write_text(stack.nats_url + "\n")
