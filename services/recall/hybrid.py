@@ -21,11 +21,11 @@ import math
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -185,8 +185,22 @@ def composite(relevance: float, importance: float, fresh: float, tuning: Tuning)
     return blended / total
 
 
-def cap_per_session(items: Sequence[RetrievedItem], limit: int) -> list[RetrievedItem]:
+class InSession(Protocol):
+    """Anything ranked that may belong to a session."""
+
+    @property
+    def session_id(self) -> str | None:
+        """Return the session it belongs to (None: none)."""
+        ...
+
+
+SessionT = TypeVar("SessionT", bound=InSession)
+
+
+def cap_per_session(items: Sequence[SessionT], limit: int | None) -> list[SessionT]:
     """Keep at most ``limit`` items of any one session, best first (no session: no cap)."""
+    if limit is None:
+        return list(items)
     seen: dict[str, int] = defaultdict(int)
     kept = []
     for item in items:
@@ -355,6 +369,50 @@ def session_ranking(
     return [SessionHit(session_id=sid, score=round(totals[sid], 6)) for sid in ranked]
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Which scored items a request keeps: over ``min_score``, ``max_per_session``, ``limit``."""
+
+    limit: int | None = None
+    min_score: float = 0.0
+    max_per_session: int | None = None
+
+    @classmethod
+    def of(cls, request: RecallRequest) -> Limits:
+        """Return the request's limits."""
+        return cls(request.limit, request.min_score, request.max_per_session)
+
+    def apply(
+        self, ranked: Sequence[SessionT], score_of: Callable[[SessionT], float]
+    ) -> list[SessionT]:
+        """Return the ranked items these limits keep, in order."""
+        scored = [item for item in ranked if score_of(item) >= self.min_score]
+        return cap_per_session(scored, self.max_per_session)[: self.limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Blend:
+    """A candidate's score and its parts: fused, relevance (decayed), recency, composite."""
+
+    candidate: Candidate
+    fused: float
+    relevance: float
+    factor: float
+    fresh: float
+    final: float  # rounded to 6 places, as the item shows it
+
+    @property
+    def session_id(self) -> str | None:
+        """Return the candidate's session."""
+        session: str | None = self.candidate.fields["session_id"]
+        return session
+
+    def order(self) -> tuple[float, float, str]:
+        """Return the sort key: best score, then newest, then item id."""
+        fields = self.candidate.fields
+        return (-self.final, -fields["occurred_at"].timestamp(), str(self.candidate.item_id))
+
+
 def score(
     found: Found,
     weights: StreamWeights,
@@ -364,24 +422,28 @@ def score(
     now: datetime,
     explain: bool,
     priors: Priors = Priors(),
+    limits: Limits = Limits(),
 ) -> tuple[list[RetrievedItem], list[SessionHit]]:
-    """Fuse, decay and blend each candidate's score; return the items and sessions, best first."""
+    """Fuse, decay and blend each candidate's score; return the items and sessions, best first.
+
+    Every candidate is scored; only the ones ``limits`` keeps are built into items.
+    """
     weight_of = {name: getattr(weights, name) for name in STREAMS}
     per_key, best = key_scores(found, weight_of, k, priors)
     fused = item_scores(found.keys, per_key)
-    items = [
-        scored_item(
-            candidate, fused.get(candidate.item_id, 0.0), best, tuning, now=now, explain=explain
-        )
+    blends = [
+        blend(candidate, fused.get(candidate.item_id, 0.0), best, tuning, now=now)
         for candidate in found.candidates.values()
     ]
-    items.sort(key=lambda item: (-item.score, -item.occurred_at.timestamp(), str(item.item_id)))
-    return items, session_ranking(found.keys, per_key, tuning.session_top_keys)
+    blends.sort(key=Blend.order)
+    kept = limits.apply(blends, lambda scored: scored.final)
+    sessions = session_ranking(found.keys, per_key, tuning.session_top_keys)
+    return [retrieved(b, explain) for b in kept], sessions[: limits.limit]
 
 
-def scored_item(
-    candidate: Candidate, fused: float, best: float, tuning: Tuning, *, now: datetime, explain: bool
-) -> RetrievedItem:
+def blend(
+    candidate: Candidate, fused: float, best: float, tuning: Tuning, *, now: datetime
+) -> Blend:
     """Decay a candidate's fused score (over the best reachable) and blend it into a composite."""
     fields = candidate.fields
     hours = (now - fields["occurred_at"]).total_seconds() / _HOURS
@@ -389,23 +451,29 @@ def scored_item(
     relevance = fused / best * factor
     fresh = recency(hours)
     final = composite(relevance, fields["importance"], fresh, tuning)
+    return Blend(candidate, fused, relevance, factor, fresh, round(final, 6))
+
+
+def retrieved(scored: Blend, explain: bool) -> RetrievedItem:
+    """Return a scored candidate as a recall item (with its explanation if asked)."""
+    candidate, fields = scored.candidate, scored.candidate.fields
     explanation = (
         Explanation(
             streams=candidate.streams,
-            fused=round(fused, 6),
-            relevance=round(relevance, 6),
-            decay=round(factor, 6),
+            fused=round(scored.fused, 6),
+            relevance=round(scored.relevance, 6),
+            decay=round(scored.factor, 6),
             importance=fields["importance"],
-            recency=round(fresh, 6),
-            composite=round(final, 6),
+            recency=round(scored.fresh, 6),
+            composite=scored.final,
         )
         if explain
         else None
     )
     # The fields are typed already (_hit_fields, _graph_fields): built, not validated again,
-    # which cost ~5 us an item over the ~100 candidates a request scores.
+    # which cost ~5 us an item.
     return RetrievedItem.model_construct(
-        item_id=candidate.item_id, score=round(final, 6), explanation=explanation, **fields
+        item_id=candidate.item_id, score=scored.final, explanation=explanation, **fields
     )
 
 
@@ -417,15 +485,6 @@ def query_priors(query: str, now: datetime, tuning: Tuning) -> Priors:
         speaker_bonus=tuning.speaker_bonus,
         date_weight=tuning.date_weight,
     )
-
-
-def within_limits(
-    items: Sequence[RetrievedItem], sessions: Sequence[SessionHit], request: RecallRequest
-) -> tuple[list[RetrievedItem], list[SessionHit]]:
-    """Drop items under the request's minimum score, cap them per session, keep ``limit``."""
-    scored = [item for item in items if item.score >= request.min_score]
-    kept = cap_per_session(scored, request.max_per_session)[: request.limit]
-    return kept, list(sessions[: request.limit])
 
 
 class HybridRetriever:
@@ -461,10 +520,16 @@ class HybridRetriever:
         streams = await self._streams(request.query, where, weights, at)
         priors = query_priors(request.query, now, self.tuning)
         found = collect(streams)
-        items, sessions = score(
-            found, weights, k, self.tuning, now=now, explain=request.explain, priors=priors
+        return score(
+            found,
+            weights,
+            k,
+            self.tuning,
+            now=now,
+            explain=request.explain,
+            priors=priors,
+            limits=Limits.of(request),
         )
-        return within_limits(items, sessions, request)
 
     async def _streams(
         self, query: str, where: ScopeFilter, weights: StreamWeights, at: Versions

@@ -13,6 +13,7 @@ from memoryd.services.recall.hybrid import (
     Candidate,
     Found,
     Key,
+    Limits,
     Priors,
     Tuning,
     assemble,
@@ -263,3 +264,31 @@ def test_a_memory_item_is_shown_only_as_a_listed_memory() -> None:
     items = score({A: stale}, StreamWeights(), 60, Tuning(), now=NOW, explain=False)
     context, _, memories, kept, _ = assemble([], [], items, 500)
     assert ("", [], []) == (context, memories, kept)
+
+
+@given(
+    st.lists(st.sampled_from(["s1", "s2", "s3", None]), min_size=1, max_size=30),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=4),
+    st.floats(min_value=0.0, max_value=0.6),
+)
+def test_limits_keep_exactly_what_capping_the_whole_ranking_keeps(
+    sessions: list[str | None], limit: int, per_session: int, min_score: float
+) -> None:
+    """Items are built only for what the limits keep: the same items, in the same order."""
+    cands = {
+        uuid.UUID(int=n + 1): candidate(
+            uuid.UUID(int=n + 1), {"bm25": n + 1}, session=session, age=timedelta(hours=n % 5)
+        )
+        for n, session in enumerate(sessions)
+    }
+    tuning = Tuning()
+    everything = score(cands, StreamWeights(), 60, tuning, now=NOW, explain=False)
+    expected = cap_per_session([i for i in everything if i.score >= min_score], per_session)
+    limits = Limits(limit=limit, min_score=min_score, max_per_session=per_session)
+
+    kept, _ = score_found(
+        found_of(cands), StreamWeights(), 60, tuning, now=NOW, explain=False, limits=limits
+    )
+
+    assert expected[:limit] == kept
