@@ -38,11 +38,12 @@ from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import (
     MemoryOsParams,
     Ranked,
+    Stacked,
     Vector,
     decode_vector,
     rank_by_similarity,
 )
-from memoryd.shared.domain.mtm import Segment, heat, rank_segments
+from memoryd.shared.domain.mtm import Segment, SegmentIndex, heat
 from memoryd.shared.domain.text import estimate_tokens
 from memoryd.shared.stores import chain as chain_store
 from memoryd.shared.stores import mtm as mtm_store
@@ -240,22 +241,21 @@ class _Found:
     query_vec: Vector | None
     top: list[Ranked[Segment]]
     pages: list[_Page]
-    persona: Persona
-    provenance: Mapping[str, Provenance]
+    persona: PersonaView
 
 
 def ranked_tiers(
     found: _Found, k: int
 ) -> tuple[list[Ranked[lpm.Fact]], list[Ranked[lpm.Fact]], list[Ranked[_Page]]]:
     """Rank facts, agent traits and pages by the query (no query: the newest facts, no pages)."""
-    persona = found.persona
+    view = found.persona
     if found.query_vec is None:
-        knowledge = [Ranked(f, 0.0) for f in reversed(persona.knowledge.facts)][:k]
-        agent = [Ranked(f, 0.0) for f in reversed(persona.agent_traits.facts)][:k]
+        knowledge = [Ranked(f, 0.0) for f in reversed(view.knowledge.items)][:k]
+        agent = [Ranked(f, 0.0) for f in reversed(view.agent_traits.items)][:k]
         return knowledge, agent, []
     return (
-        rank_by_similarity(found.query_vec, persona.knowledge.facts, k),
-        rank_by_similarity(found.query_vec, persona.agent_traits.facts, k),
+        view.knowledge.rank(found.query_vec, k),
+        view.agent_traits.rank(found.query_vec, k),
         rank_by_similarity(found.query_vec, found.pages, k),
     )
 
@@ -279,12 +279,45 @@ def with_tiers(
     )
 
 
-async def _persona_with_provenance(
-    session: AsyncSession, user: tuple[str, str]
-) -> tuple[Persona, dict[str, Provenance]]:
+@dataclass(frozen=True, slots=True)
+class PersonaView:
+    """A user's persona as recall shows it, built once per write of the persona tier.
+
+    The items that do not depend on the query (profile, traits) are built here, and the
+    facts' vectors stacked, so a request only ranks.
+    """
+
+    provenance: Mapping[str, Provenance]
+    profile: list[ProfileItem]
+    traits: list[TraitItem]
+    knowledge: Stacked[lpm.Fact]
+    agent_traits: Stacked[lpm.Fact]
+
+    @classmethod
+    def of(cls, persona: Persona, provenance: Mapping[str, Provenance]) -> PersonaView:
+        """Arrange a persona and the turns behind it."""
+        return cls(
+            provenance,
+            profile_items(persona.profile, provenance),
+            trait_items(persona.traits, provenance),
+            Stacked.of(persona.knowledge.facts),
+            Stacked.of(persona.agent_traits.facts),
+        )
+
+    @property
+    def has_facts(self) -> bool:
+        """Say whether the persona holds any fact a query could rank."""
+        return bool(self.knowledge.items or self.agent_traits.items)
+
+
+async def _persona_view(session: AsyncSession, user: tuple[str, str]) -> PersonaView:
     """Read a persona and the turns behind it together: both are the persona worker's."""
     persona = await load_persona(session, user)
-    return persona, await load_provenance(session, persona_sources(persona))
+    return PersonaView.of(persona, await load_provenance(session, persona_sources(persona)))
+
+
+async def _segment_index(session: AsyncSession, user: tuple[str, str]) -> SegmentIndex:
+    return SegmentIndex.of(await mtm_store.load_segments(session, *user))
 
 
 MTM, PERSONA, CHAIN = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER, subjects.CHAIN_CONSUMER
@@ -340,11 +373,11 @@ class TierRecall:
         self, sessions: async_sessionmaker[AsyncSession], request: RecallRequest, at: Versions
     ) -> _Found:
         """Read the user's segments and persona; rank the segments and read their pages."""
-        segments, (persona, provenance) = await self._state(sessions, request.scope, at)
+        segments, persona = await self._state(sessions, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
         pages = await self._pages(sessions, [entry.item.id for entry in top], at[MTM])
-        return _Found(query_vec, top, pages, persona, provenance)
+        return _Found(query_vec, top, pages, persona)
 
     async def _pages(
         self,
@@ -371,43 +404,34 @@ class TierRecall:
 
     async def _state(
         self, sessions: async_sessionmaker[AsyncSession], scope: Scope, at: Versions
-    ) -> tuple[list[Segment], tuple[Persona, dict[str, Provenance]]]:
-        """Return the user's segments, persona and its provenance, read once per tier write."""
+    ) -> tuple[SegmentIndex, PersonaView]:
+        """Return the user's segments and persona, read and arranged once per tier write."""
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.held(
-            sessions,
-            MTM,
-            ("segments", user),
-            lambda fresh: mtm_store.load_segments(fresh, *user),
-            at,
+            sessions, MTM, ("segments", user), lambda fresh: _segment_index(fresh, user), at
         )
         persona = await self._cache.held(
-            sessions,
-            PERSONA,
-            ("persona", user),
-            lambda fresh: _persona_with_provenance(fresh, user),
-            at,
+            sessions, PERSONA, ("persona", user), lambda fresh: _persona_view(fresh, user), at
         )
         return segments, persona
 
     async def _query_vector(
-        self, query: str, segments: Sequence[Segment], persona: Persona
+        self, query: str, segments: SegmentIndex, persona: PersonaView
     ) -> Vector | None:
-        wanted = segments or persona.knowledge.facts or persona.agent_traits.facts
-        if not query.strip() or not wanted:
+        if not query.strip() or not (segments.segments or persona.has_facts):
             return None
         return np.asarray((await self._embedder.embed([query]))[0], dtype=np.float32)
 
     async def _top_segments(
-        self, query_vec: Vector | None, query: str, segments: Sequence[Segment]
+        self, query_vec: Vector | None, query: str, segments: SegmentIndex
     ) -> list[Ranked[Segment]]:
         if query_vec is None:
             return []
         keywords = await self._keywords.page_keywords(PageText(query=query, response=""))
-        return rank_segments(query_vec, keywords, segments, self._params.top_m)
+        return segments.rank(query_vec, keywords, self._params.top_m)
 
     def _context(self, found: _Found, now: datetime) -> MemoryOsContext:
-        persona, provenance = found.persona, found.provenance
+        persona, provenance = found.persona, found.persona.provenance
         by_segment = segment_provenance(found.pages)
         knowledge, agent, pages = ranked_tiers(found, self._params.top_k)
         return MemoryOsContext(
@@ -418,6 +442,6 @@ class TierRecall:
             segment_pages=[segment_page_item(entry) for entry in pages],
             knowledge=fact_items(knowledge, provenance),
             agent_traits=fact_items(agent, provenance),
-            profile=profile_items(persona.profile, provenance),
-            traits=trait_items(persona.traits, provenance),
+            profile=persona.profile,
+            traits=persona.traits,
         )

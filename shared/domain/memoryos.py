@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Protocol, Self, TypeVar
@@ -42,6 +42,7 @@ __all__ = [
     "Embedded",
     "MemoryOsParams",
     "Ranked",
+    "Stacked",
     "UtcDatetime",
     "Vector",
     "VectorField",
@@ -49,6 +50,7 @@ __all__ = [
     "decode_vector",
     "encode_vector",
     "rank_by_similarity",
+    "top_ranked",
     "unit_vector",
 ]
 
@@ -200,9 +202,47 @@ class Ranked(Generic[T]):
 
 def rank_by_similarity(query_vec: Vector, items: Sequence[E], top_k: int) -> list[Ranked[E]]:
     """Return the ``top_k`` items most similar to ``query_vec``, best first, ties by key."""
-    if not items or top_k < 1:
-        return []
-    scores = np.stack([item.vector for item in items]) @ np.asarray(query_vec, dtype=np.float32)
-    ranked = [Ranked(item, float(score)) for item, score in zip(items, scores, strict=True)]
-    ranked.sort(key=lambda entry: (-entry.score, entry.item.key))
+    return Stacked.of(items).rank(query_vec, top_k)
+
+
+@dataclass(frozen=True, slots=True)
+class Stacked(Generic[E]):
+    """Items and their vectors stacked once, so each query ranks them with one product.
+
+    Recall holds one per persona write (its facts) instead of stacking them per request.
+    """
+
+    items: tuple[E, ...]
+    matrix: npt.NDArray[np.float32] | None
+
+    @classmethod
+    def of(cls, items: Sequence[E]) -> Stacked[E]:
+        """Stack the items' vectors (None when there are no items)."""
+        held = tuple(items)
+        return cls(held, np.stack([item.vector for item in held]) if held else None)
+
+    def rank(self, query_vec: Vector, top_k: int) -> list[Ranked[E]]:
+        """Return the ``top_k`` items most similar to ``query_vec``, best first, ties by key."""
+        if self.matrix is None or top_k < 1:
+            return []
+        scores = self.matrix @ np.asarray(query_vec, dtype=np.float32)
+        return top_ranked(scores, self.items, top_k, lambda item: item.key)
+
+
+def top_ranked(
+    scores: npt.NDArray[Any], items: Sequence[T], top_k: int, key: Callable[[T], str]
+) -> list[Ranked[T]]:
+    """Return the ``top_k`` items by score, best first, ties by ``key`` (as a full sort would).
+
+    Only the items scoring at least the ``top_k``-th best score are sorted in Python: every
+    item a full sort would keep is among them, ties at the boundary included.
+    """
+    count = len(items)
+    if count > top_k:
+        threshold = np.partition(scores, count - top_k)[count - top_k]
+        picked: Iterable[int] = np.flatnonzero(scores >= threshold).tolist()
+    else:
+        picked = range(count)
+    ranked = [Ranked(items[index], float(scores[index])) for index in picked]
+    ranked.sort(key=lambda entry: (-entry.score, key(entry.item)))
     return ranked[:top_k]

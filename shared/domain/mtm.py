@@ -10,7 +10,7 @@ All times are aware datetimes passed in by the caller: nothing here reads a cloc
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -30,6 +30,7 @@ from memoryd.shared.domain.memoryos import (
     VectorField,
     as_utc,
     rank_by_similarity,
+    top_ranked,
     unit_vector,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "PageRef",
     "Segment",
     "SegmentChoice",
+    "SegmentIndex",
     "after_promotion",
     "choose_segment",
     "coldest",
@@ -297,21 +299,59 @@ def rank_segments(
     segments: Iterable[Segment],
     top_m: int = DEFAULT_PARAMS.top_m,
 ) -> list[Ranked[Segment]]:
-    """Return the ``top_m`` segments by Fscore against the query, best first, ties by id.
+    """Return the ``top_m`` segments by Fscore against the query, best first, ties by id."""
+    return SegmentIndex.of(segments).rank(query_vec, query_keywords, top_m)
 
-    The cosines are one matrix product (recall ranks up to ``max_segments`` per request).
+
+@dataclass(frozen=True, slots=True)
+class SegmentIndex:
+    """A user's segments arranged for ranking: vectors stacked, keywords posted.
+
+    Built once per write of the segments; a query then costs one matrix product (the
+    cosines) and a pass over its own few keywords (the Jaccards), whatever the number of
+    segments. Scores are the ones ``fscore`` gives, to the bit.
     """
-    held = list(segments)
-    if not held or top_m <= 0:
-        return []
-    cosines = np.stack([segment.vector for segment in held]) @ np.asarray(query_vec)
-    query = set(query_keywords)
-    ranked = [
-        Ranked(segment, float(cosine) + jaccard(segment.keywords, query))
-        for segment, cosine in zip(held, cosines, strict=True)
-    ]
-    ranked.sort(key=lambda entry: (-entry.score, entry.item.id))
-    return ranked[:top_m]
+
+    segments: tuple[Segment, ...]
+    matrix: npt.NDArray[np.float32] | None
+    sizes: npt.NDArray[np.int64]  # distinct keywords of each segment
+    postings: Mapping[str, npt.NDArray[np.int64]]  # keyword -> the segments holding it
+
+    @classmethod
+    def of(cls, segments: Iterable[Segment]) -> SegmentIndex:
+        """Index the segments."""
+        held = tuple(segments)
+        keyword_sets = [set(segment.keywords) for segment in held]
+        posted: dict[str, list[int]] = {}
+        for index, words in enumerate(keyword_sets):
+            for word in words:
+                posted.setdefault(word, []).append(index)
+        return cls(
+            held,
+            np.stack([segment.vector for segment in held]) if held else None,
+            np.array([len(words) for words in keyword_sets], dtype=np.int64),
+            {word: np.array(found, dtype=np.int64) for word, found in posted.items()},
+        )
+
+    def rank(
+        self, query_vec: Vector, query_keywords: Collection[str], top_m: int
+    ) -> list[Ranked[Segment]]:
+        """Return the ``top_m`` segments by Fscore against the query, best first, ties by id."""
+        if self.matrix is None or top_m <= 0:
+            return []
+        cosines = self.matrix @ np.asarray(query_vec)
+        query = set(query_keywords)
+        shared = np.zeros(len(self.segments), dtype=np.int64)
+        for word in query:
+            holding = self.postings.get(word)
+            if holding is not None:
+                shared[holding] += 1
+        union = self.sizes + len(query) - shared
+        jaccards = np.divide(
+            shared, union, out=np.zeros(len(self.segments), dtype=np.float64), where=union > 0
+        )
+        scores = cosines.astype(np.float64) + jaccards
+        return top_ranked(scores, self.segments, top_m, lambda segment: segment.id)
 
 
 def rank_pages(

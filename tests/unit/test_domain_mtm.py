@@ -329,3 +329,42 @@ def test_segment_round_trips_through_json() -> None:
     assert original == loaded
     assert np.array_equal(original.vector, loaded.vector)
     assert heat(original, T0) == heat(loaded, T0)
+
+
+DIRECTIONS = [X, Y, Z, unit_vector([0.8, 0.6, 0.0]), unit_vector([0.0, 0.6, 0.8])]
+WORDS = ["pasta", "bread", "flight", "train", "jazz"]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(range(len(DIRECTIONS))),
+            st.lists(st.sampled_from(WORDS), max_size=4),
+        ),
+        max_size=25,
+    ),
+    st.sampled_from(range(len(DIRECTIONS))),
+    st.lists(st.sampled_from(WORDS), max_size=3),
+    st.integers(min_value=0, max_value=8),
+)
+def test_the_segment_index_ranks_as_sorting_every_fscore_does(
+    shapes: list[tuple[int, list[str]]], query: int, words: list[str], top_m: int
+) -> None:
+    """Same segments, same scores to the bit, same order (ties by id), whatever the ties."""
+    segments = [
+        segment(f"s{n:02d}", DIRECTIONS[d], tuple(keywords))
+        for n, (d, keywords) in enumerate(shapes)
+    ]
+    query_vec = DIRECTIONS[query]
+    # Sorting every segment's Fscore, the cosines one matrix product (as ranking did before
+    # the index: a product of a stack rounds differently from one dot product at a time).
+    cosines = np.stack([s.vector for s in segments]) @ query_vec if segments else []
+    everyone = [
+        (float(cosine) + jaccard(s.keywords, words), s.id)
+        for s, cosine in zip(segments, cosines, strict=True)
+    ]
+    expected = sorted(everyone, key=lambda pair: (-pair[0], pair[1]))[:top_m]
+
+    ranked = rank_segments(query_vec, words, segments, top_m)
+
+    assert expected == [(entry.score, entry.item.id) for entry in ranked]
