@@ -169,6 +169,17 @@ async def test_upsert_with_same_id_replaces_the_point(index: SearchIndex) -> Non
     assert expected == (hit.text, hit.payload.occurred_at)
 
 
+async def test_a_point_found_then_replaced_is_found_as_replaced(index: SearchIndex) -> None:
+    """A search after a re-upsert shows the new text and payload, not the ones found before."""
+    point_id = uuid4()
+    await index.upsert([_point("likes espresso", dense=_axis(0), point_id=point_id)])
+    before = (await index.search_dense(_axis(0), ACME))[0]
+    await index.upsert([_point("likes matcha", dense=_axis(0), point_id=point_id, at=5.0)])
+    after = (await index.search_dense(_axis(0), ACME))[0]
+    assert ("likes espresso", "likes matcha") == (before.text, after.text)
+    assert 5.0 == after.payload.occurred_at
+
+
 async def test_delete_removes_from_dense_and_sparse_search(index: SearchIndex) -> None:
     """A deleted point is gone from both streams; the others stay."""
     gone, kept = _point("zebra stripes", dense=_axis(0)), _point("zebra mane", dense=_axis(1))

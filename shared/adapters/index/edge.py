@@ -17,9 +17,9 @@ from memoryd.shared.adapters.index._mapping import (
     TENANT_FIELD,
     TIME_FIELD,
     Condition,
+    DecodedPoints,
     MatchAny,
     dense_values,
-    hit_from_stored,
     point_from_stored,
     scope_conditions,
     stored_payload,
@@ -76,6 +76,7 @@ class EdgeSearchIndex:
         self._search_in_thread = search_in_thread
         self._upserted_since_optimize = 0
         self._shard: qe.EdgeShard | None = None
+        self._decoded = DecodedPoints()
         # Two concurrent first calls would otherwise both create (or load) the same folder.
         self._opening = asyncio.Lock()
 
@@ -90,7 +91,12 @@ class EdgeSearchIndex:
         if not points:
             return
         # Encoding BM25 costs ~0.3 ms per chat turn: off the event loop, with the write.
-        await asyncio.to_thread(self._upsert_now, points)
+        ids = [point.id for point in points]
+        self._decoded.written(ids)
+        try:
+            await asyncio.to_thread(self._upsert_now, points)
+        finally:
+            self._decoded.written(ids)
         self._upserted_since_optimize += len(points)
         every = self._auto_optimize_every
         if every is not None and self._upserted_since_optimize >= every:
@@ -99,7 +105,7 @@ class EdgeSearchIndex:
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
         if ids:
-            await self._write(qe.UpdateOperation.delete_points(list(ids)))
+            await self._write(qe.UpdateOperation.delete_points(list(ids)), ids)
 
     async def delete_where(self, filter: ScopeFilter) -> None:
         """Delete every point inside the scope."""
@@ -158,6 +164,7 @@ class EdgeSearchIndex:
     async def close(self) -> None:
         """Flush pending writes and release the shard; `ensure_collection()` reopens it."""
         shard, self._shard = self._shard, None
+        self._decoded.written(None)
         if shard is not None:
             await asyncio.to_thread(_flush_and_close, shard)
 
@@ -183,9 +190,18 @@ class EdgeSearchIndex:
             raise RuntimeError("the Edge index is not open: call ensure_collection() first")
         return self._shard
 
-    async def _write(self, operation: qe.UpdateOperation) -> None:
-        """Apply a write in a worker thread, so a large batch does not stall the event loop."""
-        await asyncio.to_thread(self._opened().update, operation)
+    async def _write(
+        self, operation: qe.UpdateOperation, ids: Sequence[UUID] | None = None
+    ) -> None:
+        """Apply a write in a worker thread, so a large batch does not stall the event loop.
+
+        ``ids`` are the points it touches (None: any point), forgotten by the decode cache.
+        """
+        self._decoded.written(ids)
+        try:
+            await asyncio.to_thread(self._opened().update, operation)
+        finally:
+            self._decoded.written(ids)
 
     async def _search(self, query: qe.Query, scope: ScopeFilter, limit: int) -> list[Hit]:
         """Run one query in scope and return its hits."""
@@ -193,7 +209,7 @@ class EdgeSearchIndex:
             limit=limit, query=query, filter=_edge_filter(scope), with_payload=True
         )
         scored = await self._read(self._opened().query, request)
-        return [hit_from_stored(point.id, point.score, point.payload or {}) for point in scored]
+        return self._decoded.hits((point.id, point.score, point.payload) for point in scored)
 
     async def _read(self, call: Callable[[_Request], _Result], request: _Request) -> _Result:
         """Run a read in a worker thread, or on the event loop if `search_in_thread` is off.
