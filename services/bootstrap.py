@@ -43,8 +43,20 @@ from memoryd.services.runtime.decisions import (
     JetStreamDecisionLog,
     NoDecisions,
 )
+from memoryd.services.runtime.operations import (
+    CONSUMER_LAG,
+    DEAD_LETTERS,
+    OperationsServer,
+    Probe,
+    consumer_lags,
+    count_applied,
+    dead_letter_counts,
+    readiness_failures,
+    watch_queue,
+)
 from memoryd.services.runtime.projection import Projection, ProjectionRunner
 from memoryd.services.runtime.recallable import RecallableTracker, tracks_recall
+from memoryd.services.runtime.replay import Progress as ReplayProgress
 from memoryd.services.runtime.replay import ReplayReport
 from memoryd.services.runtime.replay import replay as replay_log
 from memoryd.services.runtime.scratch import open_scratch
@@ -69,15 +81,17 @@ from memoryd.shared.adapters.index import SearchIndex, build_index
 from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
+    NatsAuth,
     connect,
     ensure_streams,
-    server_list,
 )
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.adapters.sql import tracking
+from memoryd.shared.adapters.sql.engine import create_engine, session_factory, sql_error
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.domain.memoryos import MemoryOsParams
-from memoryd.shared.settings import Settings, StartupError
+from memoryd.shared.logging import REDACTOR
+from memoryd.shared.settings import Settings, StartupError, public_url, revealed
 
 log = structlog.get_logger(__name__)
 
@@ -114,6 +128,7 @@ class Stack:
     workers: list[PullWorker]
     _exit: AsyncExitStack
     retrieval: Retrieval | None = None
+    operations: OperationsServer | None = None  # health, readiness, metrics (when configured)
 
     async def stop(self) -> None:
         """Stop consuming, then close connections, engine and the embedded server."""
@@ -130,15 +145,29 @@ class Stack:
         for worker in self.workers:
             await worker.stop()
 
-    async def replay(self, components: Sequence[Component] = ALL_COMPONENTS) -> ReplayReport:
+    async def replay(
+        self,
+        components: Sequence[Component] = ALL_COMPONENTS,
+        progress: ReplayProgress | None = None,
+    ) -> ReplayReport:
         """Drop the components' read models and fold the log into them again.
 
-        Run it with the workers stopped: it rebuilds what they write.
+        Run it with the workers stopped: it rebuilds what they write. ``progress`` is told
+        how far each projection's fold has come.
         """
         projections = build_projections(self.settings, components, await self.retrieval_resources())
-        return await replay_log(
-            self.js, self.settings.stream_name, self.engine, self.sessions, projections
+        report = await replay_log(
+            self.js,
+            self.settings.stream_name,
+            self.engine,
+            self.sessions,
+            projections,
+            progress=progress,
         )
+        created = await stream_created(self.js, self.settings.stream_name)
+        async with self.sessions() as session, session.begin():
+            await tracking.stamp_log(session, self.settings.stream_name, created)
+        return report
 
     async def verify(self) -> VerifyReport:
         """Fold the log into scratch storage and compare it with this stack's read models.
@@ -217,7 +246,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
         options = {
             "model": settings.embedding_model or "text-embedding-3-small",
             "base_url": settings.embedding_base_url,
-            "api_key": settings.embedding_api_key or "no-key",
+            "api_key": revealed(settings.embedding_api_key) or "no-key",
             "dimension": settings.embedding_dimension,
         }
     return build_embedder(settings.embedding_kind, runtime, **options)
@@ -253,15 +282,17 @@ async def open_retrieval(
     # One queue for every worker's model calls: one call at a time (two concurrent calls,
     # each with the model's threads, would contend for the same cores), the waiting calls
     # of several workers joined into one batch.
-    embedder = CachedEmbedder(BatchingEmbedder(worker_model, max_texts=WORKER_BATCH), store)
+    worker_queue = BatchingEmbedder(worker_model, max_texts=WORKER_BATCH)
+    watch_queue("workers", worker_queue.waiting_texts)
+    embedder = CachedEmbedder(worker_queue, store)
     if index is None:
         index = await _built_index(settings, embedder, exit_stack)
     if llm is None:
         llm = _built_llm(settings, exit_stack)
     query_model = model or build_model(settings, "queries")
-    queries = CachedEmbedder(
-        BatchingEmbedder(query_model), MemoryEmbeddingStore(settings.query_cache_entries)
-    )
+    query_queue = BatchingEmbedder(query_model)
+    watch_queue("queries", query_queue.waiting_texts)
+    queries = CachedEmbedder(query_queue, MemoryEmbeddingStore(settings.query_cache_entries))
     return Retrieval(embedder, index, llm, queries, worker_model, query_model)
 
 
@@ -281,7 +312,7 @@ async def _built_index(
         settings.qdrant_url,
         settings.data_dir / "index",
         embedder.dimension,
-        api_key=settings.qdrant_api_key,
+        api_key=revealed(settings.qdrant_api_key),
         collection=settings.qdrant_collection,
         auto_optimize_every=settings.index_optimize_every,
     )
@@ -295,7 +326,7 @@ def _built_llm(settings: Settings, exit_stack: AsyncExitStack) -> MemoryLlm:
     llm = build_llm(
         base_url=settings.llm_base_url,
         model=settings.llm_model,
-        api_key=settings.llm_api_key,
+        api_key=revealed(settings.llm_api_key),
         timeout=settings.llm_timeout_seconds,
         attempts=settings.llm_attempts,
     )
@@ -491,11 +522,11 @@ def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     refused ``overloaded`` rather than left unread until its caller gives up.
     """
 
-    async def recall(body: Any) -> bytes:
-        return await service.handle(body)
+    async def recall(body: Any, message: NatsMessage) -> bytes:
+        return await service.handle(message.raw_message.subject, body)
 
     broker.subscriber(
-        subjects.RECALL_SUBJECT,
+        subjects.ALL_RECALL,
         queue=subjects.RECALL_QUEUE,
         decoder=_raw_bodies,
         max_workers=service.admission.capacity + 1,
@@ -518,12 +549,27 @@ async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[st
     nats_url = settings.nats_url
     if not nats_url:
         server = EmbeddedNats(
-            settings.data_dir / "nats", settings.embedded_nats_host, settings.embedded_nats_port
+            settings.data_dir / "nats",
+            settings.embedded_nats_host,
+            settings.embedded_nats_port,
+            settings.embedded_nats_config,
         )
         await server.astart()
         exit_stack.push_async_callback(server.astop)
         nats_url = server.url
-    nc = await connect(nats_url, name="memoryd-workers", timeout=settings.connect_timeout_seconds)
+        if settings.embedded_nats_config is None:
+            log.warning(
+                "nats_open",
+                url=nats_url,
+                note="the embedded nats-server admits any client on its host without "
+                "credentials; for tenants walled off by the server see `memoryd tenants`",
+            )
+    nc = await connect(
+        nats_url,
+        name="memoryd-workers",
+        timeout=settings.connect_timeout_seconds,
+        auth=NatsAuth.from_settings(settings),
+    )
     exit_stack.push_async_callback(nc.close)  # workers ack synchronously: nothing to drain
     await ensure_streams(nc.jetstream(), settings)
     return nats_url, nc
@@ -539,11 +585,43 @@ async def _open_database(
     return engine, session_factory(engine), session_factory(engine, writer=False)
 
 
+class AnotherLog(StartupError):
+    """The read models were folded from another stream of the same name (made again since)."""
+
+
+async def stream_created(js: JetStreamContext, stream: str) -> str:
+    """Return when the stream was created (its identity: a stream made again differs)."""
+    return str((await js.stream_info(stream)).created)
+
+
+async def check_log(stack: Stack) -> None:
+    """Refuse to run workers on a log other than the one the read models were folded from.
+
+    A database without a record is stamped with this log. Positions are stream sequences:
+    continuing on a new stream of the same name would skip its first events as if applied.
+    """
+    settings = stack.settings
+    created = await stream_created(stack.js, settings.stream_name)
+    async with stack.sessions() as session, session.begin():
+        known = await tracking.folded_log(session, settings.stream_name)
+        if known is None:
+            await tracking.stamp_log(session, settings.stream_name, created)
+        elif known != created:
+            raise AnotherLog(
+                f"the read models in {public_url(settings.resolved_database_url())} were folded "
+                f"from another stream {settings.stream_name} (created {known}; this one was "
+                f"created {created}): run `memoryd replay` to rebuild them from this log, or "
+                "set MEMORYD_DATABASE_URL to this log's database"
+            )
+
+
 async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
     decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
     notifier = NotificationPublisher.from_settings(stack.js, stack.settings)
     projections = build_projections(stack.settings, components, stack.retrieval, decisions)
+    if projections:
+        await check_log(stack)
     tracker = await _recallable_tracker(stack, projections, notifier)
     for projection in projections:
         await _start_worker(stack, projection, notifier, tracker)
@@ -583,11 +661,34 @@ async def _start_worker(
     )
     if tracker is not None:
         runner.listeners.append(tracker.applied)
+    runner.listeners.append(count_applied)
     worker = PullWorker(stack.js, runner, settings)
     await worker.start()
     stack.on_stop(worker.stop)
     stack.runners[projection.consumer] = runner
     stack.workers.append(worker)
+
+
+def _start_operations(stack: Stack) -> Probe:
+    """Serve health, readiness and metrics when MEMORYD_METRICS_PORT is set; return the probe."""
+    settings, probe = stack.settings, Probe()
+    if settings.metrics_port is None:
+        return probe
+    server = OperationsServer(probe, settings.metrics_host, settings.metrics_port)
+
+    async def refresh() -> None:
+        lags = await consumer_lags(stack.nc, settings.stream_name, list(stack.runners))
+        for consumer, lag in lags.items():
+            CONSUMER_LAG.labels(consumer).set(lag)
+        parked = await dead_letter_counts(stack.nc, settings.dead_letter_stream)
+        for consumer, count in parked.items():
+            DEAD_LETTERS.labels(consumer).set(count)
+        probe.failures = readiness_failures(stack.nc.is_connected, await sql_error(stack.readers))
+
+    server.start(refresh, settings.metrics_interval_seconds)
+    stack.on_stop(server.stop)
+    stack.operations = server
+    return probe
 
 
 def _start_retention(stack: Stack) -> None:
@@ -628,16 +729,19 @@ async def start_stack(
     ``embedder`` (the model; the SQL cache is wrapped around it), ``index`` (opened) and
     ``llm`` replace the ones settings would build, for tests and benchmarks.
     """
+    REDACTOR.add(settings.secrets())  # no log line or dead letter shows them
     exit_stack = AsyncExitStack()
     try:
         ports = {"model": embedder, "index": index, "llm": llm}
         stack = await _open_stack(settings, components, exit_stack, ports)
+        probe = _start_operations(stack)
         await _start_workers(stack, components)
         await _serve(stack, components)
+        probe.started = True
     except BaseException:
         await exit_stack.aclose()
         raise
-    log.info("memoryd_started", nats_url=stack.nats_url, components=list(components))
+    log.info("memoryd_started", nats_url=public_url(stack.nats_url), components=list(components))
     return stack
 
 
@@ -662,7 +766,7 @@ async def _open_stack(
         sessions=sessions,
         readers=readers,
         publisher=publisher,
-        broker=NatsBroker(server_list(nats_url), logger=None),
+        broker=NatsBroker(NatsAuth.from_settings(settings).servers(nats_url), logger=None),
         runners={},
         workers=[],
         _exit=exit_stack,

@@ -1,5 +1,5 @@
-"""The ``memoryd`` command: up, demo, replay, verify, dead-letters, schemas, mcp, http, tools,
-bench."""
+"""The ``memoryd`` command: up, demo, replay, verify, dead-letters, tenants, cluster, status,
+recall, remember, forget, export, import, schemas, mcp, http, tools, bench."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ import contextlib
 import json
 import signal
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import structlog
 from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress as RichProgress
+from rich.progress import TaskID
 
+from memoryd.services import lifecycle, people, tenants
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
+from memoryd.services.cluster import cluster_up
 from memoryd.services.runtime.heap import freeze_startup_heap
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
@@ -26,13 +32,14 @@ from memoryd.shared.adapters.dead_letters import (
     retry_dead_letters,
 )
 from memoryd.shared.adapters.embedded_nats import _port_open
-from memoryd.shared.adapters.nats_log import NatsUnavailable, connect
+from memoryd.shared.adapters.nats_auth import TenantError
+from memoryd.shared.adapters.nats_log import NatsAuth, NatsUnavailable, connect
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.client.tools import FORMATS, tool_schemas
 from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.schema_export import write_schemas
-from memoryd.shared.logging import configure_logging
-from memoryd.shared.settings import Settings, StartupError
+from memoryd.shared.logging import REDACTOR, configure_logging
+from memoryd.shared.settings import Settings, StartupError, public_url
 
 log = structlog.get_logger("memoryd")
 
@@ -51,8 +58,8 @@ async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
     log.info("startup_heap_frozen", objects=freeze_startup_heap())
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url_file = _url_file(settings)
-    url_file.write_text(stack.nats_url + "\n")
-    print(f"memoryd is up: NATS at {stack.nats_url}; Ctrl-C to stop", flush=True)
+    url_file.write_text(public_url(stack.nats_url) + "\n")
+    print(f"memoryd is up: NATS at {public_url(stack.nats_url)}; Ctrl-C to stop", flush=True)
     try:
         await _wait_for_signal()
     finally:
@@ -126,19 +133,26 @@ def _refuse_if_running(settings: Settings, why: str) -> None:
 
 
 async def cmd_replay(settings: Settings) -> None:
-    """Drop and rebuild every read model (SQL tables and the search index) from the log."""
+    """Drop and rebuild every read model (SQL tables and the search index) from the log.
+
+    A progress bar per projection while it folds; a summary table at the end.
+    """
     _refuse_if_running(settings, "replay rebuilds what its workers write")
     stack = await start_stack(settings, components=())  # connections only, no workers
+    console = Console()
     try:
-        report = await stack.replay()
+        with RichProgress(console=console, transient=True) as bars:
+            tasks: dict[str, TaskID] = {}
+
+            def progress(consumer: str, folded: int, total: int) -> None:
+                if consumer not in tasks:
+                    tasks[consumer] = bars.add_task(consumer, total=total)
+                bars.update(tasks[consumer], completed=folded, total=total)
+
+            report = await stack.replay(progress=progress)
     finally:
         await stack.stop()
-    print(
-        f"replayed {report.events} events in {report.seconds:.2f}s "
-        f"({report.events_per_second:,.0f} events/s)"
-    )
-    for table, checksum in report.checksums.items():
-        print(f"  {table}: {checksum}")
+    console.print(people.replay_table(report))
 
 
 async def cmd_verify(settings: Settings) -> bool:
@@ -166,7 +180,12 @@ async def cmd_dead_letters(settings: Settings, limit: int, action: str | None) -
         raise StartupError(
             "memoryd is not running: start it with `memoryd up`, or set MEMORYD_NATS_URL"
         )
-    nc = await connect(url, name="memoryd-cli", timeout=settings.connect_timeout_seconds)
+    nc = await connect(
+        url,
+        name="memoryd-cli",
+        timeout=settings.connect_timeout_seconds,
+        auth=NatsAuth.from_settings(settings),
+    )
     js = nc.jetstream()
     dlq = settings.dead_letter_stream
     try:
@@ -211,9 +230,151 @@ def _parser() -> argparse.ArgumentParser:
     )
     schemas.add_argument("--out", type=Path, default=Path("schemas"))
     _add_dead_letters(sub)
+    _add_tenants(sub)
+    _add_people(sub)
+    cluster = sub.add_parser(
+        "cluster", help="the production topology as processes: 3 NATS nodes, one per component"
+    )
+    cluster_sub = cluster.add_subparsers(dest="action", required=True)
+    cluster_up = cluster_sub.add_parser("up", help="start it; Ctrl-C stops every process")
+    cluster_up.add_argument(
+        "--dir", type=Path, default=None, help="where it keeps its files (default data_dir/cluster)"
+    )
     _add_interfaces(sub)
     _add_bench(sub)
     return parser
+
+
+def _add_people(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub.add_parser("status", help="each projection's position, lag and dead letters")
+    recall = sub.add_parser("recall", help="ask recall a question for a user; print a table")
+    recall.add_argument("question")
+    recall.add_argument("--limit", type=int, default=10)
+    recall.add_argument("--explain", action="store_true", help="show each stream's rank, score")
+    remember = sub.add_parser("remember", help="store an explicit memory for a user")
+    remember.add_argument("content")
+    remember.add_argument("--key", default=None, help="the same key replaces the memory")
+    forget = sub.add_parser("forget", help="forget a user's memory by id or by key")
+    which = forget.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", type=uuid.UUID, default=None)
+    which.add_argument("--key", default=None)
+    export = sub.add_parser("export", help="a tenant's (or user's) events and memories as JSONL")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user", default=None)
+    export.add_argument("--out", type=Path, default=None, help="a file (default: stdout)")
+    load = sub.add_parser("import", help="publish an export's input events the log lacks")
+    load.add_argument("file", type=Path)
+    for command in (recall, remember, forget):
+        command.add_argument("--tenant", required=True)
+        command.add_argument("--user", required=True)
+        command.add_argument("--agent", default="default")
+        command.add_argument("--session", default=None)
+
+
+async def _running_client(settings: Settings) -> MemoryClient:
+    url = await _running_url(settings)
+    if url is None:
+        raise StartupError(
+            "memoryd is not running: start it with `memoryd up`, or set MEMORYD_NATS_URL"
+        )
+    return await _connect_client(settings, url)
+
+
+async def cmd_lifecycle(args: argparse.Namespace, settings: Settings) -> None:
+    """Export a tenant's (or user's) memory as JSON lines, or import such a file."""
+    async with await _running_client(settings) as client:
+        if args.command == "export":
+            lines = await lifecycle.export_lines(
+                client, settings.stream_name, args.tenant, args.user
+            )
+            text = "".join(f"{line}\n" for line in lines)
+            if args.out is None:
+                sys.stdout.write(text)
+            else:
+                args.out.write_text(text)
+                print(f"exported {len(lines)} records to {args.out}", file=sys.stderr)
+            return
+        lines = args.file.read_text().splitlines()
+        try:
+            report = await lifecycle.import_lines(client, settings.stream_name, lines)
+        except (ValueError, KeyError) as bad:
+            raise StartupError(f"{args.file} is not a memoryd export: {bad}") from None
+        print(
+            f"imported {report.published} events ({report.present} already in the log, "
+            f"{report.passed_over} records derived or read models: not published)"
+        )
+
+
+async def cmd_people(args: argparse.Namespace, settings: Settings) -> None:
+    """Run status, recall, remember or forget against the running memoryd; print the result."""
+    console = Console()
+    async with await _running_client(settings) as client:
+        if args.command == "status":
+            found = await people.projection_status(client._js, settings)
+            console.print(people.status_table(*found))
+            return
+        try:
+            scope = people.scope_of(args.tenant, args.user, args.agent, args.session)
+        except ValidationError as invalid:
+            raise StartupError(f"invalid scope: {describe_validation_error(invalid)}") from None
+        if args.command == "recall":
+            response = await client.recall(
+                scope, args.question, limit=args.limit, explain=args.explain, timeout=30
+            )
+            console.print(people.recall_table(response, args.explain))
+        elif args.command == "remember":
+            console.print(await people.remember(client, scope, args.content, args.key))
+        else:
+            console.print(await people.forget(client, scope, args.id, args.key))
+
+
+def _add_tenants(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tenants = sub.add_parser(
+        "tenants", help="per-tenant NATS credentials and the nats-server config that checks them"
+    )
+    action = tenants.add_subparsers(dest="action", required=True)
+    for name, text in (("add", "make a tenant's credentials"), ("revoke", "cut a tenant off")):
+        one = action.add_parser(name, help=text)
+        one.add_argument("tenant")
+        one.add_argument(
+            "--nats-pid-file",
+            type=Path,
+            default=None,
+            help="the nats-server to reload (default: the embedded one's, under data_dir/nats)",
+        )
+    action.add_parser("list", help="list the tenants that have credentials")
+
+
+async def cmd_cluster_up(settings: Settings, base: Path) -> None:
+    """Run the topology as processes until Ctrl-C or SIGTERM."""
+    topology = await cluster_up(settings, base)
+    print(f"memoryd cluster is up: NATS at {topology.nats.url}", flush=True)
+    for name, process in topology.processes.items():
+        components = ",".join(process.components)
+        print(f"  {name} ({components}): {topology.metrics_url(name)}/readyz", flush=True)
+    try:
+        await _wait_for_signal()
+    finally:
+        await topology.stop()
+        print("memoryd cluster stopped", flush=True)
+
+
+def _cluster(args: argparse.Namespace, settings: Settings) -> None:
+    base = args.dir or settings.data_dir / "cluster"
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(cmd_cluster_up(settings, base))
+
+
+def _tenants(args: argparse.Namespace, settings: Settings) -> None:
+    try:
+        if args.action == "list":
+            print(tenants.listing(settings))
+        elif args.action == "add":
+            print(tenants.add(settings, args.tenant, args.nats_pid_file))
+        else:
+            print(tenants.revoke(settings, args.tenant, args.nats_pid_file))
+    except TenantError as refused:
+        _refuse(str(refused))
 
 
 def _add_interfaces(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -264,6 +425,15 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pipeline.add_argument("--out", type=Path, default=Path("bench/results"))
     _add_bench_retrieval(bench_sub)
     _add_bench_peers(bench_sub)
+    faults = bench_sub.add_parser(
+        "faults",
+        help="steady ingest into the process topology (a private PostgreSQL from initdb), "
+        "one fault at a time: lost, doubled, recovery",
+    )
+    faults.add_argument("--faults", default="all", help="comma-separated, or all")
+    faults.add_argument("--turns", type=int, default=90, help="turns published per fault")
+    faults.add_argument("--rate", type=float, default=30.0, help="turns published per second")
+    faults.add_argument("--out", type=Path, default=Path("bench/results"))
 
 
 def _add_bench_retrieval(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -320,6 +490,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValidationError as invalid:
         _refuse(f"invalid settings: {describe_validation_error(invalid)}")
     configure_logging(settings.log_format, settings.log_level)
+    REDACTOR.add(settings.secrets())
     try:
         _run(args, settings)
     except StartupError as refused:
@@ -327,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _refuse(message: str) -> NoReturn:
-    print(f"memoryd: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    print(f"memoryd: {REDACTOR.scrub(' '.join(message.split()))}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
 
@@ -395,6 +566,17 @@ def _bench_pipeline(args: argparse.Namespace, settings: Settings) -> None:
     asyncio.run(run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out))
 
 
+def _bench_faults(args: argparse.Namespace, settings: Settings) -> None:
+    from memoryd.services.bench.faults import FAULTS, render, run_faults_bench
+
+    chosen = FAULTS if args.faults == "all" else tuple(args.faults.split(","))
+    unknown = set(chosen) - set(FAULTS)
+    if unknown:
+        _refuse(f"unknown faults {sorted(unknown)}: choose from {', '.join(FAULTS)}")
+    rows = asyncio.run(run_faults_bench(settings, chosen, args.turns, args.rate, args.out))
+    print(render(rows), end="")
+
+
 def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
     from memoryd.services.bench.retrieval import BenchOptions, run_retrieval_bench
 
@@ -443,12 +625,21 @@ COMMANDS: dict[str, Command] = {
     "mcp": _mcp,
     "http": _http,
     "tools": _tools,
+    "tenants": _tenants,
+    "status": lambda args, settings: asyncio.run(cmd_people(args, settings)),
+    "recall": lambda args, settings: asyncio.run(cmd_people(args, settings)),
+    "remember": lambda args, settings: asyncio.run(cmd_people(args, settings)),
+    "forget": lambda args, settings: asyncio.run(cmd_people(args, settings)),
+    "export": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
+    "import": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
+    "cluster": _cluster,
     "dead-letters": lambda args, settings: asyncio.run(
         cmd_dead_letters(settings, args.limit, args.action)
     ),
     "bench pipeline": _bench_pipeline,
     "bench retrieval": _bench_retrieval,
     "bench peers": _bench_peers,
+    "bench faults": _bench_faults,
 }
 
 

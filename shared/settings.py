@@ -4,13 +4,41 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class StartupError(Exception):
     """memoryd cannot start as configured; the one-line message names the setting to change."""
+
+
+def revealed(secret: SecretStr | None) -> str | None:
+    """Return a secret's value, for the one client that sends it (None when unset)."""
+    return secret.get_secret_value() if secret is not None else None
+
+
+def url_password(url: str) -> str:
+    """Return the password a URL (or a comma-separated list of them) carries, '' if none."""
+    for part in url.split(","):
+        password = urlsplit(part.strip()).password
+        if password:
+            return unquote(password)
+    return ""
+
+
+def public_url(url: str) -> str:
+    """Return ``url`` (or a comma-separated list) without user and password, fit for a log."""
+    parts = []
+    for part in url.split(","):
+        split = urlsplit(part.strip())
+        if split.password is not None or split.username is not None:
+            host = split.hostname or ""
+            netloc = f"***@{host}" + (f":{split.port}" if split.port else "")
+            split = split._replace(netloc=netloc)
+        parts.append(urlunsplit(split))
+    return ",".join(parts)
 
 
 class Settings(BaseSettings):
@@ -24,6 +52,19 @@ class Settings(BaseSettings):
     nats_url: str | None = None
     embedded_nats_host: str = "127.0.0.1"
     embedded_nats_port: int = 14222
+    # This process's NATS credentials (`memoryd tenants` makes them: the workers' service user
+    # in data_dir/auth/service.env, a tenant's user when it is added). A tenant's app also
+    # sets its tenant, which keeps its replies under the tenant's own inbox prefix.
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_tenant: str | None = None
+    # The embedded nats-server's config file, e.g. the auth.conf `memoryd tenants` writes:
+    # with it, the embedded server admits only the users the file names. Unset: it accepts
+    # any client on its host (127.0.0.1 by default), and says so at start.
+    embedded_nats_config: Path | None = None
+    # Where `memoryd tenants` keeps its registry and writes the server config (default
+    # data_dir/auth).
+    auth_dir: Path | None = None
     # An external database (production: postgresql+asyncpg://...); unset means SQLite in data_dir.
     database_url: str | None = None
     # How long connecting to NATS may take before memoryd gives up with a one-line error.
@@ -58,7 +99,7 @@ class Settings(BaseSettings):
     # --- hybrid retrieval (index, embeddings, graph, recall scoring, retention) ---
     # A Qdrant server (production); unset means Qdrant Edge in-process under data_dir/index.
     qdrant_url: str | None = None
-    qdrant_api_key: str | None = None
+    qdrant_api_key: SecretStr | None = None
     qdrant_collection: str = "memoryd"
     # Edge builds its HNSW only when optimised: after this many upserted points.
     index_optimize_every: int = Field(default=20_000, ge=1)
@@ -72,7 +113,7 @@ class Settings(BaseSettings):
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
     embedding_base_url: str | None = None
-    embedding_api_key: str | None = None
+    embedding_api_key: SecretStr | None = None
     # Recall keeps the vectors of recent query texts in memory (a repeated question skips the
     # model); workers' vectors go to the SQL cache instead, so replay needs no model.
     query_cache_entries: int = Field(default=10_000, ge=1)
@@ -120,7 +161,7 @@ class Settings(BaseSettings):
     # An OpenAI-compatible chat endpoint; unset means the deterministic offline extractor.
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
-    llm_api_key: str | None = None
+    llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(default=30.0, gt=0)
     llm_attempts: int = Field(default=3, ge=1, le=20)
     # Width of an OpenAI-compatible embedding model's vectors (MiniLM reports its own).
@@ -149,6 +190,13 @@ class Settings(BaseSettings):
     # entry may leave out the user (a tenant-wide token: the request names the user) ---
     http_tokens_file: Path | None = None
 
+    # --- operations: health (/healthz), readiness (/readyz) and Prometheus metrics (/metrics)
+    # served by each process on this port (unset: not served; 0: any free port) ---
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
+    # How often the figures that ask NATS and SQL (lag, dead letters, readiness) are refreshed.
+    metrics_interval_seconds: float = Field(default=5.0, gt=0)
+
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"
 
@@ -162,6 +210,25 @@ class Settings(BaseSettings):
                 "e.g. https://api.openai.com/v1) and MEMORYD_EMBEDDING_DIMENSION (its width)"
             )
         return self
+
+    def secrets(self) -> list[str]:
+        """Return every secret value set (what logs, errors and dead letters must not show)."""
+        values = [
+            secret.get_secret_value()
+            for secret in (
+                self.nats_password,
+                self.qdrant_api_key,
+                self.embedding_api_key,
+                self.llm_api_key,
+            )
+            if secret is not None
+        ]
+        values += [url_password(url) for url in (self.database_url, self.nats_url) if url]
+        return [value for value in values if value]
+
+    def resolved_auth_dir(self) -> Path:
+        """Return where `memoryd tenants` keeps credentials."""
+        return self.auth_dir or self.data_dir / "auth"
 
     def resolved_database_url(self) -> str:
         """Return the configured database URL, or the embedded SQLite file."""

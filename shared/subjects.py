@@ -8,10 +8,12 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
     memoryd.notify.<tenant>.<user>.<kind>       memory-updated notifications (stream MEMORYD_NOTIFY)
     memoryd.notify.<tenant>.<user>.recallable.<event id>
                                                 every projection recall reads applied the event
-    memoryd.rpc.recall                          recall request-reply (queue group)
+    memoryd.rpc.<tenant>.recall                 recall request-reply (queue group)
     memoryd.rpc.<tenant>.memories.list          list a scope's memories (request-reply, queue
                                                 group); one grant ``memoryd.rpc.<tenant>.>``
                                                 covers the tenant's request-reply subjects
+    _INBOX_<tenant>.>                           a tenant's reply inboxes (its apps connect with
+                                                this inbox prefix; no other tenant may read it)
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ ALL_DEAD_LETTERS = f"{DLQ_PREFIX}.>"
 NOTIFY_PREFIX = "memoryd.notify"
 ALL_NOTIFICATIONS = f"{NOTIFY_PREFIX}.>"
 RECALLABLE_KIND = "recallable"
-RECALL_SUBJECT = "memoryd.rpc.recall"
-RECALL_QUEUE = "memoryd-recall"
 RPC_PREFIX = "memoryd.rpc"
+RECALL_SUFFIX = "recall"
+ALL_RECALL = f"{RPC_PREFIX}.*.{RECALL_SUFFIX}"
+RECALL_QUEUE = "memoryd-recall"
+INBOX_PREFIX = "_INBOX"
 LIST_MEMORIES_SUFFIX = "memories.list"
 ALL_LIST_MEMORIES = f"{RPC_PREFIX}.*.{LIST_MEMORIES_SUFFIX}"
 LIST_MEMORIES_QUEUE = "memoryd-list-memories"
@@ -98,15 +102,22 @@ def recallable_subject(tenant: str, user_id: str, event_id: uuid.UUID) -> str:
     return f"{notify_subject(tenant, user_id, RECALLABLE_KIND)}.{event_id}"
 
 
-def recallable_filter(event_id: uuid.UUID, scope: Scope | None = None) -> str:
+def recallable_filter(
+    event_id: uuid.UUID, scope: Scope | None = None, *, tenant: str | None = None
+) -> str:
     """Return the filter matching the recallable notice of ``event_id``.
 
-    With ``scope``, only under its tenant and user (what per-tenant permissions allow);
-    without, under any.
+    With ``scope``, only under its tenant and user; with ``tenant``, under any of its users
+    (either is what per-tenant permissions allow); without, under any.
     """
     if scope is not None:
         return recallable_subject(scope.tenant, scope.user_id, event_id)
-    return f"{NOTIFY_PREFIX}.*.*.{RECALLABLE_KIND}.{event_id}"
+    return f"{NOTIFY_PREFIX}.{tenant or '*'}.*.{RECALLABLE_KIND}.{event_id}"
+
+
+def tenant_events_filter(tenant: str) -> str:
+    """Return the filter matching every event of one tenant in the log."""
+    return f"{EVENTS_PREFIX}.{tenant}.>"
 
 
 def user_events_filter(tenant: str, user_id: str) -> str:
@@ -117,6 +128,16 @@ def user_events_filter(tenant: str, user_id: str) -> str:
 def user_event_filters(tenant: str, user_id: str, event_types: Sequence[str]) -> list[str]:
     """Return the subjects of one user's events of the given types (one per type)."""
     return [f"{EVENTS_PREFIX}.{tenant}.{user_id}.{t.replace('.', '_')}" for t in event_types]
+
+
+def recall_subject(tenant: str) -> str:
+    """Return the subject a tenant's recall requests are sent to."""
+    return f"{RPC_PREFIX}.{tenant}.{RECALL_SUFFIX}"
+
+
+def inbox_prefix(tenant: str) -> str:
+    """Return the reply-inbox prefix of a tenant's apps (what its credentials may read)."""
+    return f"{INBOX_PREFIX}_{tenant}"
 
 
 def list_memories_subject(tenant: str) -> str:

@@ -222,7 +222,9 @@ async def rank(
     """Recall through request-reply; return the ranked dataset turn and session ids."""
     request = recall_request(scope, question, weights, options)
     started = time.perf_counter()
-    response = await client.recall_raw(request.model_dump_json().encode(), timeout=60.0)
+    response = await client.recall_raw(
+        request.scope.tenant, request.model_dump_json().encode(), timeout=60.0
+    )
     seconds = time.perf_counter() - started
     turns = [ingested.turn_of_event[item.turn_id] for item in response.items if item.turn_id]
     sessions = [ingested.session_of_token[hit.session_id] for hit in response.sessions]

@@ -9,7 +9,7 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.shared import subjects
+from memoryd.services.recall.tenancy import tenant_refusal
 from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.memories import (
     ListMemoriesError,
@@ -27,18 +27,6 @@ def _error(code: ListMemoriesErrorCode, message: str) -> bytes:
     return ListMemoriesError(code=code, message=message).model_dump_json().encode()
 
 
-def tenant_refusal(subject: str, request: ListMemoriesRequest) -> str | None:
-    """Return why a request may not be answered on ``subject`` (None: it may).
-
-    The subject names the tenant (what NATS permissions grant); a scope naming another one
-    is refused, so a caller allowed on one tenant's subject reads only that tenant.
-    """
-    tenant = subjects.rpc_tenant(subject)
-    if tenant != request.scope.tenant:
-        return f"the request's tenant is not the one its subject names ({tenant})"
-    return None
-
-
 @dataclass(frozen=True)
 class MemoryListing:
     """List a scope's unexpired explicit memories from the memories read model."""
@@ -51,7 +39,7 @@ class MemoryListing:
             request = ListMemoriesRequest.model_validate_json(body)
         except ValidationError as error:
             return _error("invalid_request", describe_validation_error(error))
-        refusal = tenant_refusal(subject, request)
+        refusal = tenant_refusal(subject, request.scope.tenant)
         if refusal is not None:
             log.warning("list_memories_refused", subject=subject)
             return _error("forbidden", refusal)

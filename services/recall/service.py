@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,9 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memoryd.services.recall.admission import Admission, DeadlinePassed
 from memoryd.services.recall.cache import ReadCache, Versions, read_versions
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
+from memoryd.services.recall.tenancy import tenant_refusal
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.recall.visits import RecordVisit
+from memoryd.services.runtime.operations import RECALL_SECONDS
 from memoryd.shared import subjects
+from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.recall import (
     MemoryItem,
     PageItem,
@@ -42,8 +46,8 @@ def seconds_left(request: RecallRequest, now: datetime) -> float | None:
     return (request.deadline - now).total_seconds()
 
 
-def _error(code: RecallErrorCode, message: str) -> bytes:
-    return RecallError(code=code, message=message).model_dump_json().encode()
+def _error(code: RecallErrorCode, message: str) -> tuple[str, bytes]:
+    return code, RecallError(code=code, message=message).model_dump_json().encode()
 
 
 def rank_memories(query: str, rows: Sequence[Mapping[str, Any]], limit: int) -> list[MemoryItem]:
@@ -100,16 +104,28 @@ class RecallService:
     admission: Admission = field(default_factory=lambda: Admission.from_settings(Settings()))
     cache: ReadCache = field(default_factory=ReadCache)
 
-    async def handle(self, body: bytes) -> bytes:
-        """Decode a request, answer it, and encode the reply (an error reply for bad input).
+    async def handle(self, subject: str, body: bytes) -> bytes:
+        """Decode a request received on ``subject``, answer it, and encode the reply.
 
-        Past capacity the reply is ``overloaded`` at once; a request whose deadline passes
-        before a worker takes it is answered ``deadline_exceeded`` without being worked on.
+        Bad input gets an error reply (``invalid_request``), and so does a request whose
+        tenant is not the one its subject names (``forbidden``). Past capacity the reply is
+        ``overloaded`` at once; a request whose deadline passes before a worker takes it is
+        answered ``deadline_exceeded`` without being worked on. Each is timed by outcome.
         """
+        started = time.perf_counter()
+        outcome, reply = await self._outcome(subject, body)
+        RECALL_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+        return reply
+
+    async def _outcome(self, subject: str, body: bytes) -> tuple[str, bytes]:
         try:
             request = RecallRequest.model_validate_json(body)
         except ValidationError as error:
-            return _error("invalid_request", str(error))
+            return _error("invalid_request", describe_validation_error(error))
+        refusal = tenant_refusal(subject, request.scope.tenant)
+        if refusal is not None:
+            log.warning("recall_refused", subject=subject)
+            return _error("forbidden", refusal)
         wait = seconds_left(request, datetime.now(UTC))
         if wait is not None and wait <= 0:
             return _error("deadline_exceeded", "the request's deadline passed before it was read")
@@ -123,7 +139,7 @@ class RecallService:
         except Exception:
             log.exception("recall_failed", tenant=request.scope.tenant)
             return _error("internal", "recall failed; see the service log")
-        return reply.model_dump_json().encode()
+        return "ok", reply.model_dump_json().encode()
 
     async def answer(self, request: RecallRequest, now: datetime) -> RecallResponse:
         """Build the memory context for one request and record the segments it visited.

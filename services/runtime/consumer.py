@@ -72,6 +72,14 @@ class PullWorker:
             except (TimeoutError, nats.errors.TimeoutError):
                 await self._catch_up(subscription)
                 continue
+            except Exception as error:  # NATS away, a leader election: ask again, never die
+                log.warning(
+                    "fetch_failed",
+                    consumer=self._runner.projection.consumer,
+                    error=f"{type(error).__name__}: {error}",
+                )
+                await asyncio.sleep(1.0)
+                continue
             self._busy = True
             try:
                 await self._runner.handle(msgs)

@@ -30,10 +30,11 @@ from memoryd.shared.adapters.llm import (
     PersonaExtraction,
     SegmentSummary,
 )
-from memoryd.shared.adapters.nats_log import msg_id, subject_of
+from memoryd.shared.adapters.nats_log import Outgoing, StreamPublisher, msg_id, subject_of
 from memoryd.shared.contracts.catalog import decode_event, encode_event
 from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.memoryos import LlmStepFailed
+from memoryd.shared.logging import REDACTOR
 
 log = structlog.get_logger(__name__)
 
@@ -58,11 +59,14 @@ class JetStreamDecisionLog:
     def __init__(self, js: JetStreamContext, stream: str) -> None:
         self._js = js
         self._stream = stream
+        # A lost acknowledgement (a NATS node down, a leader election) is sent again with
+        # the same id: the stream keeps one copy, and a retry that finds it says duplicate.
+        self._publisher = StreamPublisher(js, stream)
 
     async def record(self, event: E) -> E:
         """Publish ``event``; on a duplicate, read back and return the copy stored first."""
-        ack = await self._js.publish(
-            subject_of(event), encode_event(event), stream=self._stream, headers=msg_id(event)
+        ack = await self._publisher.acknowledged(
+            Outgoing(subject_of(event), encode_event(event), msg_id(event))
         )
         if not ack.duplicate:
             return event
@@ -125,7 +129,7 @@ def step_failed(step: str, cause: Event, failure: LlmFailure, part: str = "") ->
         scope=cause.scope,
         cause_event_id=cause.event_id,
         step=step,
-        reason=failure.reason[:2_000],
+        reason=REDACTOR.scrub(failure.reason)[:2_000],  # the log keeps it: never a key
         attempts=failure.attempts,
         fallback=FALLBACK,
     )

@@ -9,6 +9,8 @@ retry is deduplicated by the stream), commit, notify subscribers, and only then 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -23,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
+from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.contracts.catalog import AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
@@ -193,6 +196,9 @@ class ProjectionRunner:
 
     # Seconds before the first retry in place of a failing message; each next one doubles.
     retry_delay = 0.2
+    # An outage is retried every ``outage_delay`` seconds for up to ``outage_seconds``.
+    outage_delay = 1.0
+    outage_seconds = 300.0
 
     def __init__(
         self,
@@ -329,30 +335,47 @@ class ProjectionRunner:
             await self._park(entry, reason)
 
         # Retry in place: nothing later in the log is applied before this one, so order
-        # holds; a message that keeps failing is parked with the error as its reason.
+        # holds; a message that keeps failing is parked with the error as its reason. An
+        # outage (NATS or the database away) is no fault of the message: it is retried for
+        # as long as it lasts (up to ``outage_seconds``, then left to redelivery), never parked.
         attempts = entry.deliveries
+        outage_since: float | None = None
         while True:
             try:
                 return await apply_once(
                     self._sessions, self.projection, [item], self._publisher, reject=reject
                 )
             except Exception as error:
+                outage = is_outage(error)
                 self._log.warning(
-                    "apply_failed",
+                    "apply_waiting_for_outage" if outage else "apply_failed",
                     event_id=str(item.event.event_id),
                     subject=entry.subject,
                     stream_seq=entry.sequence,
                     attempt=attempts,
-                    exc_info=True,
+                    exc_info=not outage,
+                    error=f"{type(error).__name__}: {error}",
                 )
+                if outage:
+                    outage_since = outage_since or time.monotonic()
+                    if time.monotonic() - outage_since > self.outage_seconds:
+                        raise
+                    await self._hold(entry)
+                    await asyncio.sleep(self.outage_delay)
+                    continue
                 if attempts >= self._max_attempts:
                     await self._park(entry, f"apply failed after {attempts} attempts: {error!r}")
                     await self._advance(entry.sequence)
                     return Effects()
                 attempts += 1
-                if entry.msg is not None:
-                    await entry.msg.in_progress()
+                await self._hold(entry)
                 await asyncio.sleep(self.retry_delay * 2 ** (attempts - 2))
+
+    async def _hold(self, entry: LogEntry) -> None:
+        """Tell the server the message is still being worked on (it is not redelivered)."""
+        if entry.msg is not None:
+            with contextlib.suppress(Exception):  # the server may be the thing that is away
+                await entry.msg.in_progress()
 
     async def _advance(self, through: int) -> None:
         """Move the position to ``through``, applying nothing (those messages are handled)."""

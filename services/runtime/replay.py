@@ -9,10 +9,11 @@ Run it while the workers are stopped.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import structlog
 from nats.js import JetStreamContext, api
@@ -28,6 +29,7 @@ from memoryd.services.runtime.projection import (
     decode_message,
 )
 from memoryd.shared import subjects
+from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
 from memoryd.shared.adapters.sql.tables import metadata
@@ -45,11 +47,16 @@ class ReplayReport:
     seconds: float
     targets: dict[str, int]
     checksums: dict[str, str]
+    folds: dict[str, float] = field(default_factory=dict)  # seconds per projection
 
     @property
     def events_per_second(self) -> float:
         """Return the replay throughput."""
         return self.events / self.seconds if self.seconds else 0.0
+
+
+# Told (consumer, events folded, events to fold) as a replay goes.
+Progress = Callable[[str, int, int], None]
 
 
 async def acked_position(js: JetStreamContext, stream: str, consumer: str) -> int:
@@ -62,9 +69,14 @@ async def acked_position(js: JetStreamContext, stream: str, consumer: str) -> in
 
 
 async def read_log(
-    js: JetStreamContext, stream: str, until: int, batch: int = 2_000
+    js: JetStreamContext, stream: str, until: int, batch: int = 2_000, patience: float = 120.0
 ) -> list[tuple[bytes, str, int]]:
-    """Read (data, subject, sequence) of every event up to sequence ``until``."""
+    """Read (data, subject, sequence) of every event up to sequence ``until``.
+
+    It reads until the consumer has nothing left (or ``until`` is reached); a fetch that
+    fails while NATS is away or electing a leader is asked again for up to ``patience``
+    seconds, then ``TimeoutError``: a replay never goes on with part of the log.
+    """
     if until == 0:
         return []
     sub = await js.pull_subscribe(
@@ -77,16 +89,34 @@ async def read_log(
         ),
     )
     out: list[tuple[bytes, str, int]] = []
+    deadline = time.monotonic() + patience
     try:
         while not out or out[-1][2] < until:
             try:
                 msgs = await sub.fetch(batch, timeout=2.0)
-            except TimeoutError:  # nats-py raises the built-in one or its own subclass
-                break
+            except Exception as error:  # nats-py raises the built-in TimeoutError or its own
+                if not (isinstance(error, TimeoutError) or is_outage(error)):
+                    raise
+                if await _drained(sub):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the log could not be read through {until}") from error
+                await asyncio.sleep(0.5)
+                continue
             out.extend((m.data, m.subject, m.metadata.sequence.stream) for m in msgs)
+            if not msgs[-1].metadata.num_pending:
+                break
     finally:
         await sub.unsubscribe()
     return [item for item in out if item[2] <= until]
+
+
+async def _drained(sub: JetStreamContext.PullSubscription) -> bool:
+    """Return whether the reading consumer has nothing left to deliver (False if unknown)."""
+    try:
+        return not (await sub.consumer_info()).num_pending
+    except Exception:  # NATS away: unknown, ask again later
+        return False
 
 
 def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:
@@ -131,19 +161,26 @@ async def fold(
     projections: Sequence[Projection],
     events: Sequence[Positioned],
     targets: dict[str, int],
+    *,
     batch_size: int = 1_000,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
     """Fold ``events`` into each projection up to its target sequence, publishing nothing.
 
-    Return the seconds each projection took.
+    ``progress(consumer, folded, total)`` is told after each batch. Return the seconds each
+    projection took.
     """
     seconds: dict[str, float] = {}
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
         mine = [i for i in events if i.sequence <= target and type(i.event) in projection.folds]
+        if progress is not None:
+            progress(projection.consumer, 0, len(mine))
         for start in range(0, len(mine), batch_size):
             await apply_once(sessions, projection, mine[start : start + batch_size], None)
+            if progress is not None:
+                progress(projection.consumer, min(start + batch_size, len(mine)), len(mine))
         async with sessions() as session, session.begin():
             await tracking.advance(session, projection.consumer, target)
         seconds[projection.consumer] = round(time.perf_counter() - started, 3)
@@ -158,17 +195,23 @@ async def replay(
     projections: Sequence[Projection],
     *,
     batch_size: int = 1_000,
+    progress: Progress | None = None,
 ) -> ReplayReport:
-    """Drop the projections' read models and fold the log into them again; return the report."""
+    """Drop the projections' read models and fold the log into them again; return the report.
+
+    ``progress`` is told how far each projection's fold has come (see ``fold``).
+    """
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
     events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
     await drop_owned(engine, sessions, projections)
-    folded = await fold(sessions, projections, events, targets, batch_size)
+    folded = await fold(
+        sessions, projections, events, targets, batch_size=batch_size, progress=progress
+    )
     seconds = time.perf_counter() - started
     checksums = await read_model_checksums(engine, owned_tables(projections))
     log.info(
         "replayed", events=len(events), seconds=round(seconds, 3), targets=targets, folds=folded
     )
     by_type = Counter(event_type_name(item.event) for item in events)
-    return ReplayReport(len(events), by_type, seconds, targets, checksums)
+    return ReplayReport(len(events), by_type, seconds, targets, checksums, folded)

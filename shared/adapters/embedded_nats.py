@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -13,8 +14,10 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import structlog
 
@@ -47,7 +50,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # Linux: the server gets SIGTERM if memoryd dies, even by SIGKILL, so no orphan remains.
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -70,10 +73,20 @@ def _port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+PID_FILE = "nats-server.pid"
+SERVER_CONFIG = "nats-server.conf"
+SERVER_NAME = "memoryd-embedded"
+
+
 def server_command(data_dir: Path, host: str, port: int) -> list[str]:
-    """Return the command line of a JetStream server storing its log under ``data_dir``."""
+    """Return the command line of a JetStream server storing its log under ``data_dir``.
+
+    The server's pid is written to ``data_dir/nats-server.pid``.
+    """
     return [
         str(nats_server_binary()),
+        "--pid",
+        str(data_dir / PID_FILE),
         "--jetstream",
         "--store_dir",
         str(data_dir / "jetstream"),
@@ -82,17 +95,54 @@ def server_command(data_dir: Path, host: str, port: int) -> list[str]:
         "--port",
         str(port),
         "--server_name",
-        "memoryd-embedded",
+        SERVER_NAME,
     ]
+
+
+def server_config(
+    data_dir: Path,
+    host: str,
+    port: int,
+    include: Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> str:
+    """Return a config file of the same server, plus ``options`` and ``include`` (its users).
+
+    ``options`` add to or override the defaults (a cluster node's name, routes, monitoring
+    port). Every option is in the file, none on the command line: nats-server reloads a
+    config (SIGHUP) only when the file alone describes the running server.
+    """
+    merged: dict[str, Any] = {
+        "server_name": SERVER_NAME,
+        "listen": f"{host}:{port}",
+        "pid_file": str((data_dir / PID_FILE).resolve()),
+        "jetstream": {"store_dir": str((data_dir / "jetstream").resolve())},
+        **(options or {}),
+    }
+    lines = [f"{key}: {json.dumps(value)}" for key, value in merged.items()]
+    if include is not None:
+        relative = os.path.relpath(include.resolve(), data_dir.resolve())
+        lines.append(f"include {json.dumps(relative)}")
+    return "\n".join([*lines, ""])
 
 
 class EmbeddedNats:
     """A nats-server child process with JetStream on a local data dir."""
 
-    def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: Path | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``config``: a file of users to include; ``options``: more server options."""
         self.data_dir = data_dir
         self.host = host
         self.port = port or free_port(host)
+        self.config = config
+        self.options = dict(options or {})
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -113,11 +163,20 @@ class EmbeddedNats:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with (self.data_dir / "nats-server.log").open("ab") as log_file:
             return subprocess.Popen(
-                server_command(self.data_dir, self.host, self.port),
+                self._command(),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
+
+    def _command(self) -> list[str]:
+        """Return the server's command line (with a config file when users are configured)."""
+        if self.config is None and not self.options:
+            return server_command(self.data_dir, self.host, self.port)
+        path = self.data_dir / SERVER_CONFIG
+        text = server_config(self.data_dir, self.host, self.port, self.config, self.options)
+        path.write_text(text)
+        return [str(nats_server_binary()), "--config", str(path)]
 
     def _wait_listening(self, process: subprocess.Popen[bytes], timeout: float) -> None:
         """Return once the server accepts connections; raise if it exits or takes too long."""
@@ -133,6 +192,23 @@ class EmbeddedNats:
                 self.stop()
                 raise TimeoutError(f"nats-server did not listen on {self.url} in {timeout}s")
             time.sleep(0.05)
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crash would."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+    @property
+    def running(self) -> bool:
+        """Return whether the server process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid_file(self) -> Path:
+        """Return the file the server writes its pid to."""
+        return self.data_dir / PID_FILE
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server gracefully (SIGTERM), killing it if it does not exit in time."""

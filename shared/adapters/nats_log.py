@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import nats.errors
 import nats.js.errors
@@ -14,11 +16,13 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
+from pydantic import SecretStr
 
 from memoryd.shared import subjects
 from memoryd.shared.contracts.catalog import encode_event, event_type_name
 from memoryd.shared.contracts.events import Event
-from memoryd.shared.settings import Settings, StartupError
+from memoryd.shared.logging import REDACTOR
+from memoryd.shared.settings import Settings, StartupError, public_url, revealed
 
 MSG_ID = "Nats-Msg-Id"
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -28,6 +32,10 @@ log = structlog.get_logger(__name__)
 
 class NatsUnavailable(StartupError, ConnectionError):
     """No NATS server answered at the URL in time."""
+
+
+class NatsRefused(NatsUnavailable):
+    """The NATS server answered but refused the credentials."""
 
 
 def subject_of(event: Event) -> str:
@@ -45,44 +53,108 @@ def server_list(url: str) -> list[str]:
     return [part.strip() for part in url.split(",") if part.strip()]
 
 
+@dataclass(frozen=True)
+class NatsAuth:
+    """Who a connection is: a NATS user and its password; for a tenant's app, the tenant.
+
+    A tenant's connection takes its reply inboxes under the tenant's own prefix
+    (``_INBOX_<tenant>``), the only inboxes its credentials may read. No user: no credentials
+    (the embedded default's open server).
+    """
+
+    user: str | None = None
+    password: SecretStr | None = None
+    tenant: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> NatsAuth:
+        """Return the credentials the settings name (MEMORYD_NATS_USER, _PASSWORD, _TENANT)."""
+        return cls(settings.nats_user, settings.nats_password, settings.nats_tenant)
+
+    def options(self) -> dict[str, Any]:
+        """Return the nats-py connect options these credentials set."""
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options["user"] = self.user
+            options["password"] = revealed(self.password) or ""
+        if self.tenant is not None:
+            options["inbox_prefix"] = subjects.inbox_prefix(self.tenant)
+        return options
+
+    def servers(self, url: str) -> list[str]:
+        """Return the servers of ``url`` carrying the user and password (for FastStream)."""
+        if self.user is None:
+            return server_list(url)
+        userinfo = f"{quote(self.user, safe='')}:{quote(revealed(self.password) or '', safe='')}"
+        return [
+            urlunsplit(split._replace(netloc=f"{userinfo}@{split.hostname}:{split.port or 4222}"))
+            for split in (urlsplit(server) for server in server_list(url))
+        ]
+
+
 async def connect(
-    url: str, name: str = "memoryd", timeout: float = DEFAULT_CONNECT_TIMEOUT
+    url: str,
+    name: str = "memoryd",
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    auth: NatsAuth | None = None,
 ) -> NatsClient:
     """Connect to NATS, retrying while a just-started server comes up, for ``timeout`` seconds.
 
     Raises ``NatsUnavailable`` (one line naming the URL and MEMORYD_NATS_URL) when no server
-    answered in time. Once connected, the client reconnects for ever.
+    answered in time, or ``NatsRefused`` when the server refused the credentials. Once
+    connected, the client reconnects for ever.
     """
     nc = NatsClient()
+    errors: list[Exception] = []
     attempt = nc.connect(
         server_list(url),
         name=name,
         connect_timeout=max(1, min(2, int(timeout))),
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,  # type: ignore[arg-type]  # typed int, used as seconds
-        error_cb=_error_logger(nc, url),
+        error_cb=_error_logger(nc, url, errors),
+        **(auth or NatsAuth()).options(),
     )
     try:
         await asyncio.wait_for(attempt, timeout)
     except TimeoutError:
         with contextlib.suppress(Exception):
             await nc.close()
+        if any(_refused(error) for error in errors):
+            raise NatsRefused(
+                f"the NATS server at {public_url(url)} refused this process's credentials: "
+                "set MEMORYD_NATS_USER and MEMORYD_NATS_PASSWORD to ones `memoryd tenants` made"
+            ) from None
         raise NatsUnavailable(
-            f"no NATS server answered at {url} within {timeout:g}s: start memoryd "
+            f"no NATS server answered at {public_url(url)} within {timeout:g}s: start memoryd "
             "(`memoryd up`) or set MEMORYD_NATS_URL to a running NATS server "
             "(MEMORYD_CONNECT_TIMEOUT_SECONDS to wait longer)"
         ) from None
     return nc
 
 
-def _error_logger(nc: NatsClient, url: str) -> Callable[[Exception], Awaitable[None]]:
+def _refused(error: Exception) -> bool:
+    text = str(error).lower()
+    return isinstance(error, nats.errors.AuthorizationError) or "authorization" in text
+
+
+def _error_logger(
+    nc: NatsClient, url: str, errors: list[Exception]
+) -> Callable[[Exception], Awaitable[None]]:
     """Return the client's error callback: one log line, a warning once it was connected."""
 
     async def log_error(error: Exception) -> None:
         # nats-py's default logs a traceback per failed attempt (two a second while NATS is
         # away). Before the first connection the one-line NatsUnavailable says it all.
+        if not nc.is_connected:
+            del errors[:-8]
+            errors.append(error)
         report = log.warning if nc.is_connected or nc.is_reconnecting else log.debug
-        report("nats_error", url=url, error=f"{type(error).__name__}: {error}".strip(": "))
+        report(
+            "nats_error",
+            url=public_url(url),
+            error=f"{type(error).__name__}: {error}".strip(": "),
+        )
 
     return log_error
 
@@ -130,23 +202,39 @@ def notification_stream_config(settings: Settings) -> api.StreamConfig:
     )
 
 
-async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
-    """Create the event, dead-letter and notification streams, or bring their config up to date."""
+async def ensure_streams(js: JetStreamContext, settings: Settings, patience: float = 60.0) -> None:
+    """Create the event, dead-letter and notification streams, or bring their config up to date.
+
+    A cluster that has just started may not answer JetStream requests until it has elected
+    its leaders: asked again for up to ``patience`` seconds.
+    """
     configs = (
         event_stream_config(settings),
         dead_letter_stream_config(settings),
         notification_stream_config(settings),
     )
+    deadline = time.monotonic() + patience
     for config in configs:
-        try:
-            await js.stream_info(config.name or "")
-        except NotFoundError:
+        while True:
             try:
-                await js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await js.update_stream(config)  # another process created it meanwhile
-        else:
-            await js.update_stream(config)
+                await _ensure_stream(js, config)
+                break
+            except _AMBIGUOUS:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+
+async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name or "")
+    except NotFoundError:
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            await js.update_stream(config)  # another process created it meanwhile
+    else:
+        await js.update_stream(config)
 
 
 # What a publish whose answer may simply have been lost raises: no acknowledgement in time
@@ -168,6 +256,26 @@ class PublishFailed(TimeoutError):
 
     Publishing it again with the same event id is safe: the stream stores it once.
     """
+
+
+class PayloadTooLarge(ValueError):
+    """A message is larger than the NATS server accepts (its ``max_payload``); nothing was sent."""
+
+
+def check_size(message: Outgoing, max_payload: int) -> None:
+    """Raise ``PayloadTooLarge`` when ``message`` (data and headers) exceeds ``max_payload``."""
+    size = len(message.data) + sum(len(k) + len(v) + 4 for k, v in message.headers.items())
+    if size > max_payload:
+        raise PayloadTooLarge(
+            f"message {message.headers.get(MSG_ID)} on {message.subject} is {size:,} bytes; "
+            f"the NATS server accepts at most {max_payload:,} (its max_payload): shorten "
+            "its text or metadata; nothing was published"
+        )
+
+
+def _max_payload(js: JetStreamContext) -> int:
+    nc: NatsClient = js._nc
+    return int(nc.max_payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +312,16 @@ class StreamPublisher:
         self._ack_timeout = ack_timeout
 
     async def send(self, message: Outgoing) -> int:
-        """Publish one message and return its stream sequence, retrying a lost acknowledgement."""
+        """Publish one message and return its stream sequence, retrying a lost acknowledgement.
+
+        A message larger than the server accepts raises ``PayloadTooLarge`` unsent.
+        """
+        return (await self.acknowledged(message)).seq
+
+    async def acknowledged(self, message: Outgoing) -> api.PubAck:
+        """Publish one message and return the stream's acknowledgement (``duplicate`` set when
+        the stream already held its id), retrying a lost acknowledgement with the same id."""
+        check_size(message, _max_payload(self._js))
         deadline = time.monotonic() + self._total_timeout
         for attempt in range(1, self._attempts + 1):
             left = deadline - time.monotonic()
@@ -227,16 +344,15 @@ class StreamPublisher:
                 await asyncio.sleep(min(0.1 * 2 ** (attempt - 1), 1.0, left))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    async def _send_once(self, message: Outgoing, timeout: float) -> int:
-        """Publish once; return the stream sequence the acknowledgement names."""
-        ack = await self._js.publish(
+    async def _send_once(self, message: Outgoing, timeout: float) -> api.PubAck:
+        """Publish once; return the stream's acknowledgement."""
+        return await self._js.publish(
             message.subject,
             message.data,
             timeout=timeout,
             stream=self._stream,
             headers=message.headers,
         )
-        return ack.seq
 
     async def send_many(self, messages: Iterable[Outgoing]) -> list[int]:
         """Publish messages pipelined (one round trip's latency for the lot), in order.
@@ -245,6 +361,9 @@ class StreamPublisher:
         order, with the same ids (see ``send``).
         """
         batch = list(messages)
+        limit = _max_payload(self._js)
+        for message in batch:  # all or nothing: none is sent when one is too large
+            check_size(message, limit)
         futures = [
             await self._js.publish_async(
                 message.subject, message.data, stream=self._stream, headers=message.headers
@@ -312,7 +431,7 @@ async def publish_dead_letter(
         data,
         headers={
             MSG_ID: f"{consumer}:{sequence}",
-            subjects.DLQ_REASON: reason[:2_000],
+            subjects.DLQ_REASON: REDACTOR.scrub(reason)[:2_000],
             subjects.DLQ_CONSUMER: consumer,
             subjects.DLQ_ORIGINAL_SUBJECT: subject,
             subjects.DLQ_ORIGINAL_SEQUENCE: str(sequence),
@@ -358,18 +477,46 @@ async def wait_until_applied(
         await asyncio.sleep(poll_interval)
 
 
-async def last_sequence_on(js: JetStreamContext, stream: str, filter_subject: str) -> int:
+async def last_sequence_on(
+    js: JetStreamContext, stream: str, filter_subject: str, timeout: float = 10.0
+) -> int:
     """Return the sequence of the newest message on the subjects ``filter_subject`` matches.
 
-    The stream lists the subjects that match (a user's few event types), and each one's last
-    message is read: 0 when none match.
+    A consumer filtered on those subjects, starting at their last message, reads it: what a
+    tenant's credentials allow (stream info, which lists every subject, is not). 0 when
+    none match.
     """
-    info = await js.stream_info(stream, subjects_filter=filter_subject)
-    last = 0
-    for subject in info.state.subjects or {}:
-        message = await js.get_last_msg(stream, subject)
-        last = max(last, message.seq or 0)
-    return last
+    config = api.ConsumerConfig(
+        filter_subject=filter_subject,
+        deliver_policy=api.DeliverPolicy.LAST,
+        ack_policy=api.AckPolicy.NONE,
+        inactive_threshold=timeout,
+        mem_storage=True,
+    )
+    async with _reader(js, stream, filter_subject, config) as (subscription, pending):
+        if pending == 0:
+            return 0
+        [message] = await subscription.fetch(1, timeout=timeout)
+        return int(message.metadata.sequence.stream)
+
+
+@contextlib.asynccontextmanager
+async def _reader(
+    js: JetStreamContext, stream: str, filter_subject: str, config: api.ConsumerConfig
+) -> AsyncIterator[tuple[JetStreamContext.PullSubscription, int]]:
+    """Yield an ephemeral pull consumer on one filter and what it has to read; delete it after.
+
+    One filter per consumer: its creation then names the filter in the API subject, which is
+    what per-tenant permissions check.
+    """
+    subscription = await js.pull_subscribe(filter_subject, stream=stream, config=config)
+    info = await subscription.consumer_info()
+    try:
+        yield subscription, info.num_pending or 0
+    finally:
+        await subscription.unsubscribe()
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(stream, info.name)
 
 
 async def _consumer_passed(js: JetStreamContext, stream: str, durable: str, sequence: int) -> bool:
@@ -412,28 +559,29 @@ async def read_subjects(
 ) -> list[bytes]:
     """Return the data of every message on the ``filters`` subjects, in stream order.
 
-    An ephemeral consumer reads what the stream holds at the call, unacknowledged (it
-    changes nothing), and is deleted after.
+    An ephemeral consumer per filter reads what the stream holds at the call,
+    unacknowledged (it changes nothing), and is deleted after.
     """
+    async with asyncio.timeout(timeout):
+        found = await asyncio.gather(*(_read_subject(js, stream, f, timeout) for f in filters))
+    return [data for _, data in sorted(item for part in found for item in part)]
+
+
+async def _read_subject(
+    js: JetStreamContext, stream: str, filter_subject: str, timeout: float
+) -> list[tuple[int, bytes]]:
+    """Return (stream sequence, data) of every message on one filter's subjects."""
     config = api.ConsumerConfig(
-        filter_subjects=list(filters),
+        filter_subject=filter_subject,
         deliver_policy=api.DeliverPolicy.ALL,
         ack_policy=api.AckPolicy.NONE,
         inactive_threshold=timeout,
         mem_storage=True,
     )
-    subscription = await js.pull_subscribe("", stream=stream, config=config)
-    info = await subscription.consumer_info()
-    try:
-        remaining = info.num_pending or 0
-        found: list[bytes] = []
-        async with asyncio.timeout(timeout):
-            while remaining > 0:
-                batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
-                found += [message.data for message in batch]
-                remaining = batch[-1].metadata.num_pending or 0
-        return found
-    finally:
-        await subscription.unsubscribe()
-        with contextlib.suppress(NotFoundError):
-            await js.delete_consumer(stream, info.name)
+    found: list[tuple[int, bytes]] = []
+    async with _reader(js, stream, filter_subject, config) as (subscription, remaining):
+        while remaining > 0:
+            batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
+            found += [(int(m.metadata.sequence.stream), m.data) for m in batch]
+            remaining = batch[-1].metadata.num_pending or 0
+    return found

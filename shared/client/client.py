@@ -19,6 +19,7 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import (
     DEFAULT_CONNECT_TIMEOUT,
     EventPublisher,
+    NatsAuth,
     connect,
     read_subjects,
     wait_until_applied,
@@ -119,8 +120,10 @@ class MemoryClient:
         publish_attempts: int = 10,
         publish_timeout: float = 30.0,
         publish_ack_timeout: float = 2.0,
+        tenant: str | None = None,
     ) -> None:
         self._nc = nc
+        self._tenant = tenant
         self._js = nc.jetstream()
         self._stream = stream
         self._notify_stream = notify_stream
@@ -143,13 +146,16 @@ class MemoryClient:
         publish_attempts: int = 10,
         publish_timeout: float = 30.0,
         publish_ack_timeout: float = 2.0,
+        auth: NatsAuth | None = None,
     ) -> MemoryClient:
         """Connect to the NATS server memoryd runs on.
 
+        ``auth``: the credentials `memoryd tenants` made (a tenant's user, password and
+        tenant name); without, the connection has none (the embedded default's open server).
         Raises ``NatsUnavailable`` (a ``ConnectionError``) when no server answers at ``url``
-        within ``timeout`` seconds.
+        within ``timeout`` seconds, ``NatsRefused`` when it refuses the credentials.
         """
-        nc = await connect(url, name="memoryd-client", timeout=timeout)
+        nc = await connect(url, name="memoryd-client", timeout=timeout, auth=auth)
         return cls(
             nc,
             stream,
@@ -157,6 +163,7 @@ class MemoryClient:
             publish_attempts=publish_attempts,
             publish_timeout=publish_timeout,
             publish_ack_timeout=publish_ack_timeout,
+            tenant=auth.tenant if auth is not None else None,
         )
 
     @classmethod
@@ -170,6 +177,7 @@ class MemoryClient:
             publish_attempts=settings.publish_attempts,
             publish_timeout=settings.publish_timeout_seconds,
             publish_ack_timeout=settings.publish_ack_timeout_seconds,
+            auth=NatsAuth.from_settings(settings),
         )
 
     async def close(self) -> None:
@@ -287,11 +295,16 @@ class MemoryClient:
             max_tokens=max_tokens,
             **options,
         )
-        return await self.recall_raw(request.model_dump_json().encode(), timeout)
+        return await self.recall_raw(scope.tenant, request.model_dump_json().encode(), timeout)
 
-    async def recall_raw(self, payload: bytes, timeout: float = 5.0) -> RecallResponse:
-        """Send a pre-encoded recall request (for callers that build JSON themselves)."""
-        reply = await self._nc.request(subjects.RECALL_SUBJECT, payload, timeout=timeout)
+    async def recall_raw(self, tenant: str, payload: bytes, timeout: float = 5.0) -> RecallResponse:
+        """Send a pre-encoded recall request of ``tenant`` (for callers that build JSON).
+
+        It goes to the tenant's own recall subject; a payload naming another tenant is
+        refused ``forbidden``.
+        """
+        subject = subjects.recall_subject(tenant)
+        reply = await self._nc.request(subject, payload, timeout=timeout)
         answer = _reply_adapter.validate_json(reply.data)
         if isinstance(answer, RecallError):
             raise _failure(answer)
@@ -410,8 +423,17 @@ class MemoryClient:
             with contextlib.suppress(NotFoundError):
                 existing = await self._js.consumer_info(self._notify_stream, config.durable_name)
                 check_durable(existing.config, config)
-        subscription = await self._js.pull_subscribe(
-            subject, durable=config.durable_name, stream=self._notify_stream, config=config
+        # Named (an unnamed one gets a random name), so its creation names its filter, which is
+        # what per-tenant permissions check; delivered into this connection's inbox.
+        config.name = config.durable_name or uuid.uuid4().hex
+        config.deliver_subject = self._nc.new_inbox()
+        subscription = await self._js.subscribe(
+            subject,
+            durable=config.durable_name,
+            stream=self._notify_stream,
+            config=config,
+            manual_ack=True,
+            pending_msgs_limit=max_pending + 1,
         )
         stored = StreamNotifications(subscription, max_pending)
         completed = False
@@ -420,11 +442,10 @@ class MemoryClient:
             completed = True
         finally:
             await stored.close(completed=completed)
-            if config.durable_name is None:
-                await self._js.delete_consumer(
-                    self._notify_stream, (await subscription.consumer_info()).name
-                )
             await subscription.unsubscribe()
+            if config.durable_name is None:
+                with contextlib.suppress(NotFoundError):
+                    await self._js.delete_consumer(self._notify_stream, config.name)
 
     async def recallable(
         self, event_id: uuid.UUID, timeout: float = 30.0, *, scope: Scope | None = None
@@ -438,7 +459,7 @@ class MemoryClient:
         after ``timeout`` seconds (also when the projections run in separate processes, where
         no such notification is published).
         """
-        subject = subjects.recallable_filter(event_id, scope)
+        subject = subjects.recallable_filter(event_id, scope, tenant=self._tenant)
         config = consumer_config(subject, "all", durable=None, max_pending=1, ack_wait=timeout)
         async with self._stream_notifications(subject, config, 1) as stored:
             async with asyncio.timeout(timeout):
@@ -457,15 +478,13 @@ class MemoryClient:
         has applied the newest event on the user's subjects at the time of the call, however
         long other users' backlogs are.
         """
-        if scope is None:
+        if scope is not None:
+            events = subjects.user_events_filter(scope.tenant, scope.user_id)
+        elif self._tenant is not None:  # a tenant's credentials see only its own events
+            events = subjects.tenant_events_filter(self._tenant)
+        else:
             return await wait_until_applied(self._js, self._stream, consumers, timeout)
-        return await wait_until_user_applied(
-            self._js,
-            self._stream,
-            subjects.user_events_filter(scope.tenant, scope.user_id),
-            consumers,
-            timeout,
-        )
+        return await wait_until_user_applied(self._js, self._stream, events, consumers, timeout)
 
 
 def _decoded(messages: Iterable[bytes], scope: Scope) -> list[Event]:

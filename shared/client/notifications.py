@@ -5,16 +5,20 @@ Two forms, one interface (``await updates.get()`` or ``async for note in updates
 - ``LiveNotifications``: what is published while subscribed (core NATS). It holds at most
   ``max_pending`` notifications the app has not taken yet; past that, new ones are dropped
   and counted in ``dropped``, so a slow app never grows memory without bound.
-- ``StreamNotifications``: read from the notification stream through a JetStream pull
-  consumer, durable (named: it resumes where it left off) or not, from a start point. The
-  server hands out at most ``max_pending`` notifications that are not acknowledged yet
-  (``max_ack_pending``), and the client asks for more only when the app has taken what it
-  holds: memory stays bounded however far behind the app is, and nothing is dropped.
+- ``StreamNotifications``: read from the notification stream through a JetStream consumer
+  that delivers into the client's own reply inbox (push delivery), durable (named: it
+  resumes where it left off) or not, from a start point. The server hands out at most
+  ``max_pending`` notifications that are not acknowledged yet (``max_ack_pending``) and
+  sends more only as they are acknowledged: memory stays bounded however far behind the app
+  is, and nothing is dropped. Delivering into the inbox (rather than letting the client pull)
+  is what keeps tenants apart: a tenant's credentials read only its own inboxes, so knowing
+  another tenant's consumer name gives nothing to read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from datetime import datetime
 from typing import Literal, Protocol
@@ -31,7 +35,7 @@ from memoryd.shared.contracts.notifications import MemoryUpdated, parse_notifica
 # stream still holds), a notification stream sequence (int), or a time (aware datetime).
 Start = Literal["new", "all"] | int | datetime
 
-# How long one fetch waits on the server before asking again (it returns at once on a message).
+# How long one wait for a delivery lasts before waiting again (it returns at once on one).
 FETCH_WAIT_SECONDS = 5.0
 log = structlog.get_logger(__name__)
 
@@ -171,7 +175,7 @@ class StreamNotifications:
     (a later subscription can start after it).
     """
 
-    def __init__(self, subscription: JetStreamContext.PullSubscription, max_pending: int) -> None:
+    def __init__(self, subscription: JetStreamContext.PushSubscription, max_pending: int) -> None:
         self._subscription = subscription
         self._max_pending = max_pending
         self._buffer: deque[Msg] = deque()
@@ -199,8 +203,8 @@ class StreamNotifications:
         return note
 
     def held(self) -> int:
-        """Return how many notifications are fetched and held for the app, not taken yet."""
-        return len(self._buffer)
+        """Return how many notifications are delivered and held for the app, not taken yet."""
+        return len(self._buffer) + self._subscription.pending_msgs
 
     async def close(self, *, completed: bool) -> None:
         """Acknowledge the last one taken when the app ``completed`` it; hand back the rest.
@@ -214,6 +218,9 @@ class StreamNotifications:
         elif self._in_hand is not None:
             self._buffer.appendleft(self._in_hand)
             self._in_hand = None
+        while self._subscription.pending_msgs:  # delivered, never handed to the app
+            with contextlib.suppress(TimeoutError):
+                self._buffer.append(await self._subscription.next_msg(timeout=0.1))
         for msg in self._buffer:
             await msg.nak()
         self._buffer.clear()
@@ -225,7 +232,7 @@ class StreamNotifications:
 
     async def _fetch(self) -> list[Msg]:
         try:
-            return await self._subscription.fetch(self._max_pending, timeout=FETCH_WAIT_SECONDS)
+            return [await self._subscription.next_msg(timeout=FETCH_WAIT_SECONDS)]
         except TimeoutError:  # nats-py raises the built-in one or its own subclass
             return []
 

@@ -278,7 +278,9 @@ class RecallResponse(BaseModel):
     memoryos: MemoryOsContext = MemoryOsContext()  # the MemoryOS tiers
 
 
-RecallErrorCode = Literal["invalid_request", "internal", "overloaded", "deadline_exceeded"]
+RecallErrorCode = Literal[
+    "invalid_request", "forbidden", "internal", "overloaded", "deadline_exceeded"
+]
 
 
 class RecallError(BaseModel):

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from memoryd.shared import subjects
+from memoryd.shared.contracts.asyncapi import asyncapi_document
 from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
 from memoryd.shared.contracts.notifications import NOTIFICATION_TYPES, MemoryUpdated, type_name
@@ -38,13 +39,18 @@ def schema_file_name(model: type[BaseModel]) -> str:
     return f"{model.__name__}.json"
 
 
+ASYNCAPI_FILE = "asyncapi.json"
+
+
 def render_schemas() -> dict[str, str]:
-    """Return file name -> JSON Schema text for every contract."""
-    return {
+    """Return file name -> JSON Schema text for every contract, and the AsyncAPI document."""
+    rendered = {
         schema_file_name(model): json.dumps(model.model_json_schema(), indent=2, sort_keys=True)
         + "\n"
         for model in CONTRACTS
     }
+    rendered[ASYNCAPI_FILE] = json.dumps(asyncapi_document(), indent=2) + "\n"
+    return rendered
 
 
 def write_schemas(folder: Path) -> list[Path]:

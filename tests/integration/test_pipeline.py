@@ -173,11 +173,11 @@ async def test_unknown_scope_is_empty_and_a_bad_request_is_a_clear_error(
     assert ([], [], "") == (empty.pages, empty.memories, empty.context)
 
     with pytest.raises(RecallFailed) as failure:
-        await client.recall_raw(b'{"scope": {"tenant": "a.b", "user_id": "u"}}')
+        await client.recall_raw("ab", b'{"scope": {"tenant": "a.b", "user_id": "u"}}')
     assert "invalid_request" == failure.value.error.code
     assert "tenant" in failure.value.error.message
     with pytest.raises(RecallFailed):
-        await client.recall_raw(b"not json")
+        await client.recall_raw("ab", b"not json")
 
 
 async def test_forget_removes_a_memory_from_recall(stack: Stack, client: MemoryClient) -> None:

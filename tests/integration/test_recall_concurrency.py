@@ -142,7 +142,7 @@ async def test_a_request_whose_deadline_passed_is_dropped_unworked(
         late = RecallRequest(scope=scope, query="a late question", deadline=datetime.now(UTC))
 
         with pytest.raises(RecallFailed, match="deadline_exceeded"):
-            await client.recall_raw(late.model_dump_json().encode(), timeout=20.0)
+            await client.recall_raw(scope.tenant, late.model_dump_json().encode(), timeout=20.0)
 
         index.release.set()
         await slow

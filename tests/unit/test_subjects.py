@@ -27,7 +27,8 @@ def test_list_memories_subjects_put_the_tenant_where_permissions_can_grant_it() 
 def test_rpc_tenant_reads_the_tenant_token_of_a_per_tenant_subject() -> None:
     """The tenant comes back from a per-tenant subject; other subjects name none."""
     assert "acme" == subjects.rpc_tenant(subjects.list_memories_subject("acme"))
-    assert None is subjects.rpc_tenant(subjects.RECALL_SUBJECT)
+    assert "acme" == subjects.rpc_tenant(subjects.recall_subject("acme"))
+    assert None is subjects.rpc_tenant("memoryd.rpc.recall")
     assert None is subjects.rpc_tenant("memoryd.ev.acme.alice.turn_recorded_v1")
 
 

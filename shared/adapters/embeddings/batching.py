@@ -41,6 +41,10 @@ class BatchingEmbedder:
         """Return the inner model's vector width."""
         return self._inner.dimension
 
+    def waiting_texts(self) -> int:
+        """Return how many texts wait for the model (the call in progress not counted)."""
+        return sum(len(waiting.texts) for waiting in list(self._waiting))
+
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Return one row per text, from a model call shared with concurrent callers."""
         if not texts:

@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 WRITER = "memoryd_writer"
 
@@ -57,3 +62,13 @@ def session_factory(engine: AsyncEngine, *, writer: bool = True) -> async_sessio
     # Writers' transactions take SQLite's write lock first (see _sqlite_begin).
     bind = engine.execution_options(**{WRITER: True}) if writer else engine
     return async_sessionmaker(bind, expire_on_commit=False)
+
+
+async def sql_error(sessions: async_sessionmaker[AsyncSession]) -> str | None:
+    """Return why the database does not answer a trivial query (None: it answers)."""
+    try:
+        async with sessions() as session:
+            await session.execute(text("SELECT 1"))
+    except Exception as error:  # any failure is the answer, named by its type
+        return type(error).__name__
+    return None

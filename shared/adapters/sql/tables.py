@@ -27,6 +27,16 @@ tracking = Table(
     Column("position", BigInteger, nullable=False),
 )
 
+# stream name -> when that stream was created: the log these read models were folded from.
+# Positions are stream sequences, which mean nothing in another stream of the same name (one
+# deleted and made again): workers refuse to continue on another log (`memoryd replay`).
+log_identity = Table(
+    "log_identity",
+    metadata,
+    Column("stream", String(64), primary_key=True),
+    Column("created", String(64), nullable=False),
+)
+
 # consumer -> the last stream sequence whose batch changed its read models (a batch of events
 # it does not fold moves ``tracking`` only). Readers that cache a read model key it on this.
 read_model_versions = Table(

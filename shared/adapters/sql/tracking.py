@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.shared.adapters.sql.tables import read_model_versions, tracking
+from memoryd.shared.adapters.sql.tables import log_identity, read_model_versions, tracking
 from memoryd.shared.adapters.sql.upsert import upsert
 
 
@@ -55,3 +55,15 @@ async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
     await session.execute(delete(tracking).where(tracking.c.consumer.in_(consumers)))
     c = read_model_versions.c
     await session.execute(delete(read_model_versions).where(c.consumer.in_(consumers)))
+
+
+async def folded_log(session: AsyncSession, stream: str) -> str | None:
+    """Return the creation time of the stream the read models were folded from (None: new)."""
+    c = log_identity.c
+    value = await session.scalar(select(c.created).where(c.stream == stream))
+    return str(value) if value is not None else None
+
+
+async def stamp_log(session: AsyncSession, stream: str, created: str) -> None:
+    """Record that the read models are folded from the stream created at ``created``."""
+    await upsert(session, log_identity, [{"stream": stream, "created": created}], ["stream"])
