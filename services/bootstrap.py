@@ -633,10 +633,10 @@ async def _recallable_tracker(
     stack: Stack, projections: Sequence[Projection], notifier: NotificationPublisher
 ) -> RecallableTracker | None:
     """Return the tracker of recallable events when every projection recall reads runs here."""
-    consumers = [projection.consumer for projection in projections]
-    if not tracks_recall(consumers):
+    folds = {projection.consumer: projection.folds for projection in projections}
+    if not tracks_recall(folds):
         return None
-    tracker = RecallableTracker(consumers, notifier)
+    tracker = RecallableTracker(folds, notifier)
     await tracker.load(stack.readers)
     return tracker
 

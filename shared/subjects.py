@@ -66,6 +66,10 @@ PROJECTION_CONSUMERS = (
     GRAPH_CONSUMER,
     *MEMORYOS_CONSUMERS,
 )
+# Each projection's consumer is filtered by the server to the event types it folds. One of
+# them, the gate, reads the whole log: what no projection folds (a type this version does not
+# know, a subject of another shape) is dead-lettered there with its reason, never dropped.
+GATE_CONSUMER = STM_CONSUMER
 # The recallable tracker publishes notifications but consumes nothing: its name as a publisher.
 RECALLABLE_PUBLISHER = "memoryd-recallable"
 
@@ -76,9 +80,39 @@ DLQ_ORIGINAL_SUBJECT = "Memoryd-Original-Subject"
 DLQ_ORIGINAL_SEQUENCE = "Memoryd-Original-Sequence"
 
 
+def type_token(event_type: str) -> str:
+    """Return the subject token of a versioned event type (``turn.recorded.v1`` ->
+    ``turn_recorded_v1``)."""
+    return event_type.replace(".", "_")
+
+
 def event_subject(scope: Scope, event_type: str) -> str:
     """Return the subject an event of ``event_type`` in ``scope`` is published on."""
-    return f"{EVENTS_PREFIX}.{scope.tenant}.{scope.user_id}.{event_type.replace('.', '_')}"
+    return f"{EVENTS_PREFIX}.{scope.tenant}.{scope.user_id}.{type_token(event_type)}"
+
+
+def type_filter(event_type: str) -> str:
+    """Return the filter matching every event of ``event_type``, of any tenant and user."""
+    return f"{EVENTS_PREFIX}.*.*.{type_token(event_type)}"
+
+
+def subject_type_token(subject: str) -> str | None:
+    """Return the event type token of an event subject (None: not an event subject's shape)."""
+    parts = subject.split(".")
+    if len(parts) != 5 or f"{parts[0]}.{parts[1]}" != EVENTS_PREFIX:
+        return None
+    return parts[4]
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """Return whether ``subject`` matches the NATS filter ``pattern`` (``*`` and ``>``)."""
+    wanted, tokens = pattern.split("."), subject.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > index
+        if index >= len(tokens) or token not in ("*", tokens[index]):
+            return False
+    return len(tokens) == len(wanted)
 
 
 def dead_letter_subject(consumer: str) -> str:
@@ -127,7 +161,7 @@ def user_events_filter(tenant: str, user_id: str) -> str:
 
 def user_event_filters(tenant: str, user_id: str, event_types: Sequence[str]) -> list[str]:
     """Return the subjects of one user's events of the given types (one per type)."""
-    return [f"{EVENTS_PREFIX}.{tenant}.{user_id}.{t.replace('.', '_')}" for t in event_types]
+    return [f"{EVENTS_PREFIX}.{tenant}.{user_id}.{type_token(t)}" for t in event_types]
 
 
 def recall_subject(tenant: str) -> str:

@@ -7,8 +7,11 @@ otherwise). Testcontainers is used only when a Docker engine answers (not on the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from memoryd.services.bootstrap import ALL_COMPONENTS, Component, Stack, start_stack
+from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
@@ -32,6 +36,48 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+
+
+# A test still running this many seconds before pytest-timeout ends the run is named, with
+# where each coroutine of the event loop waits (the timeout's own dump shows threads only).
+STUCK_REPORT_LEAD = 10.0
+_STUCK = pytest.StashKey[threading.Timer]()
+_LOOPS: list[asyncio.AbstractEventLoop] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _event_loop_for_reports() -> None:
+    """Remember the tests' event loop, for the report on a stuck test."""
+    _LOOPS.append(asyncio.get_running_loop())
+
+
+def _report_stuck(item: pytest.Item, seconds: float) -> None:
+    out = sys.__stderr__ or sys.stderr
+    print(f"\n{item.nodeid} still runs after {seconds:g} s; its coroutines wait at:", file=out)
+    for loop in _LOOPS:
+        for task in list(asyncio.all_tasks(loop)):
+            print(f"-- {task.get_name()}", file=out)
+            task.print_stack(limit=12, file=out)
+    out.flush()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    """Arm the stuck-test report; pytest-timeout then arms its own timer (None: go on)."""
+    if settings.timeout and settings.timeout > STUCK_REPORT_LEAD:
+        seconds = settings.timeout - STUCK_REPORT_LEAD
+        timer = threading.Timer(seconds, _report_stuck, (item, seconds))
+        timer.daemon = True
+        timer.start()
+        item.stash[_STUCK] = timer
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    """Disarm the stuck-test report (None: pytest-timeout disarms its own)."""
+    timer = item.stash.get(_STUCK, None)
+    if timer is not None:
+        timer.cancel()
 
 
 def _docker_postgres_url() -> Iterator[str] | None:
@@ -163,6 +209,16 @@ async def client(stack: Stack) -> AsyncIterator[MemoryClient]:
     await connected.close()
 
 
+def consumers_reading(stack: Stack, subject: str) -> list[str]:
+    """Return the consumers that receive and decode ``subject``: each parks a bad event there."""
+    return sorted(
+        consumer
+        for consumer, runner in stack.runners.items()
+        if any(subjects.subject_matches(f, subject) for f in runner.filters)
+        and runner.decodes(subject)
+    )
+
+
 def unique(prefix: str) -> str:
     """Return a scope token no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -170,8 +226,6 @@ def unique(prefix: str) -> str:
 
 async def user_messages(nats_url: str, stream: str, tenant: str, user_id: str) -> int:
     """Return how many messages the log holds on one user's subjects."""
-    from memoryd.shared import subjects
-
     nc = await nats.connect(nats_url)
     info = await nc.jetstream().stream_info(
         stream, subjects_filter=subjects.user_events_filter(tenant, user_id)

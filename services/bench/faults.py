@@ -31,13 +31,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from nats.js import JetStreamContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import start_stack
 from memoryd.services.cluster import PROCESS_GROUPS, Topology
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import read_subjects
+from memoryd.shared.adapters.nats_log import filters_of, passed, read_subjects
 from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.private_postgres import PrivatePostgres
 from memoryd.shared.adapters.sql import tracking
@@ -65,21 +66,29 @@ class FaultRow:
     differences: tuple[str, ...] = ()
 
 
-async def _positions(sessions: async_sessionmaker[AsyncSession]) -> dict[str, int]:
-    """Return the log sequence each projection has applied through (its tracking row)."""
+async def _applied(
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, sequence: int
+) -> bool:
+    """Return whether every projection has applied the log through ``sequence``: its tracking
+    row is past every message on the subjects its consumer reads, up to ``sequence``."""
+    stream = Settings().stream_name
     async with sessions() as session:
-        return await tracking.positions(session, subjects.PROJECTION_CONSUMERS)
+        positions = await tracking.positions(session, subjects.PROJECTION_CONSUMERS)
+    for consumer, position in positions.items():
+        filters = filters_of(await js.consumer_info(stream, consumer))
+        if not await passed(js, stream, filters, position, sequence):
+            return False
+    return True
 
 
 async def _until_applied(
-    sessions: async_sessionmaker[AsyncSession], sequence: int, timeout: float
+    sessions: async_sessionmaker[AsyncSession], js: JetStreamContext, sequence: int, timeout: float
 ) -> bool:
     """Wait until every projection has applied the log through ``sequence``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):  # the database may be the thing that is away
-            found = await _positions(sessions)
-            if len(found) == len(subjects.PROJECTION_CONSUMERS) and min(found.values()) >= sequence:
+        with contextlib.suppress(Exception):  # the database or NATS may be what is away
+            if await _applied(sessions, js, sequence):
                 return True
         await asyncio.sleep(0.1)
     return False
@@ -228,12 +237,12 @@ async def run_fault(
         await ingest.third.wait()
         started, before = time.monotonic(), ingest.last_sequence
         await inject(topology, fault)
-        recovered = await _until_applied(sessions, before, 300)
+        recovered = await _until_applied(sessions, client._js, before, 300)
         recovery = time.monotonic() - started if recovered else float("inf")
         await publishing
         stored = await _retrying(lambda: _stored_turns(client, stream, tenant))
         info = await _retrying(lambda: client._js.stream_info(stream))
-        settled = await _until_applied(sessions, info.state.last_seq or 0, 300)
+        settled = await _until_applied(sessions, client._js, info.state.last_seq or 0, 300)
         parked = await _retrying(lambda: _parked(client)) - parked_before
     finally:
         await client.close()

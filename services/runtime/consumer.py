@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 import nats.errors
 import structlog
@@ -24,8 +25,10 @@ from memoryd.shared.settings import Settings
 log = structlog.get_logger(__name__)
 
 
-def consumer_config(durable: str, settings: Settings) -> api.ConsumerConfig:
-    """Describe a projection's durable pull consumer over the whole log."""
+def consumer_config(
+    durable: str, settings: Settings, filters: Sequence[str] = (subjects.ALL_EVENTS,)
+) -> api.ConsumerConfig:
+    """Describe a projection's durable pull consumer over ``filters`` of the log."""
     return api.ConsumerConfig(
         durable_name=durable,
         deliver_policy=api.DeliverPolicy.ALL,
@@ -33,7 +36,7 @@ def consumer_config(durable: str, settings: Settings) -> api.ConsumerConfig:
         ack_wait=settings.ack_wait_seconds,
         max_deliver=-1,  # bounded by the runner, which parks poison messages
         max_ack_pending=max(1_000, settings.batch_size * 4),
-        filter_subject=subjects.ALL_EVENTS,
+        filter_subjects=list(filters),
     )
 
 
@@ -49,14 +52,12 @@ class PullWorker:
         self._busy = False
 
     async def start(self) -> None:
-        """Bind (creating if needed) the durable consumer and start the loop."""
-        durable = self._runner.projection.consumer
-        subscription = await self._js.pull_subscribe(
-            subjects.ALL_EVENTS,
-            durable=durable,
-            stream=self._settings.stream_name,
-            config=consumer_config(durable, self._settings),
-        )
+        """Create the durable consumer (or bring its filters up to date), bind it, start."""
+        durable, stream = self._runner.projection.consumer, self._settings.stream_name
+        config = consumer_config(durable, self._settings, self._runner.filters)
+        info = await self._js.add_consumer(stream, config)  # creates, or updates in place
+        self._runner.resume(info)
+        subscription = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
         self._subscription = subscription
         self._task = asyncio.create_task(self._loop(subscription), name=f"pull:{durable}")
 

@@ -18,21 +18,30 @@ from typing import Protocol, runtime_checkable
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js.errors import NotFoundError
+from nats.js.api import ConsumerInfo
 from pydantic import ValidationError
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.shared.adapters.nats_log import EventPublisher, publish_dead_letter, subject_of
+from memoryd.shared import subjects
+from memoryd.shared.adapters.nats_log import (
+    EventPublisher,
+    publish_dead_letter,
+    read_range,
+    subject_of,
+)
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.sql import ledger, tracking
-from memoryd.shared.contracts.catalog import AnyEvent, decode_event
+from memoryd.shared.contracts.catalog import EVENT_TYPES, AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
-from memoryd.shared.contracts.events import Event
+from memoryd.shared.contracts.events import Event, type_name
 from memoryd.shared.contracts.notifications import MemoryUpdated
 
 log = structlog.get_logger(__name__)
+
+# The subject tokens of every event type this version knows.
+KNOWN_TOKENS = frozenset(subjects.type_token(type_name(t)) for t in EVENT_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +177,17 @@ async def _admit(
     return admission.admitted
 
 
+def consumer_filters(projection: Projection) -> list[str]:
+    """Return the subjects a projection's consumer reads: the types it folds (the gate: all).
+
+    The server filters, so a worker never receives, decodes or acks the events of the other
+    projections (a turn brings ~7 events; most workers fold one or two of them).
+    """
+    if projection.consumer == subjects.GATE_CONSUMER:
+        return [subjects.ALL_EVENTS]
+    return sorted(subjects.type_filter(type_name(folded)) for folded in projection.folds)
+
+
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """One message of the log as a worker sees it, delivered or read directly."""
@@ -188,10 +208,14 @@ def entry_of(msg: Msg) -> LogEntry:
 class ProjectionRunner:
     """Consume log messages for one projection (the thin handler around ``apply_once``).
 
-    The tracking row is the projection's position. Messages at or below it are duplicates
-    (acked, ignored). A sequence missing between the position and the newest delivered message
-    (a message the client lost, or one still waiting for redelivery) is read from the stream
-    directly, so events are always applied in log order and never skipped.
+    The tracking row is the projection's position: the last stream sequence it handled of the
+    subjects its consumer reads (``filters``). Messages at or below it are duplicates (acked,
+    ignored). Events are applied in log order and never skipped: a batch that continues this
+    runner's deliveries (consecutive delivery sequences, each a first delivery) can hide
+    nothing before it, since the server delivers new messages in stream order; any other
+    batch (the first after a start with messages still pending, a redelivery, a delivery the
+    client lost) is completed from the stream: every message on the filters between the
+    position and the batch's end that was not delivered is read directly.
     """
 
     # Seconds before the first retry in place of a failing message; each next one doubles.
@@ -223,13 +247,40 @@ class ProjectionRunner:
         self._max_attempts = max_attempts
         self._log = log.bind(consumer=projection.consumer)
         self.listeners: list[Applied] = []
+        self.filters = consumer_filters(projection)
+        # Type tokens this projection folds; the gate reads the others too and decodes only
+        # those no catalogued type names (to park them with the reason).
+        self._folded = frozenset(subjects.type_token(type_name(t)) for t in projection.folds)
+        # The delivery sequence the next batch continues from (None: not known to continue).
+        self._next_delivery: int | None = None
+
+    def resume(self, consumer: ConsumerInfo) -> None:
+        """Start from the consumer's state: with nothing delivered and unacked, the next
+        delivery continues the log this projection applied."""
+        pending = consumer.num_ack_pending or 0
+        delivered = consumer.delivered.consumer_seq if consumer.delivered else 0
+        self._next_delivery = None if pending else (delivered or 0) + 1
 
     async def handle(self, msgs: Sequence[Msg]) -> None:
         """Process delivered messages in log order; ack them once their effect is durable."""
+        continues = self._continues(msgs)
+        self._next_delivery = None  # until this batch is done: a failure breaks continuity
         position = await self._position()
-        await self._process(await self._ordered_entries(position, [entry_of(m) for m in msgs]))
+        delivered = [entry_of(m) for m in msgs]
+        await self._process(await self._ordered_entries(position, delivered, whole=continues))
         for msg in msgs:
             await msg.ack()
+        if msgs:
+            self._next_delivery = msgs[-1].metadata.sequence.consumer + 1
+
+    def _continues(self, msgs: Sequence[Msg]) -> bool:
+        """Return whether ``msgs`` are the next first deliveries after this runner's last."""
+        expected = self._next_delivery
+        if expected is None:
+            return False
+        sequences = [m.metadata.sequence.consumer for m in msgs]
+        first_deliveries = all((m.metadata.num_delivered or 1) == 1 for m in msgs)
+        return first_deliveries and sequences == list(range(expected, expected + len(msgs)))
 
     async def catch_up(self, delivered: int) -> None:
         """Apply, read from the stream, what was delivered up to ``delivered`` but never handed
@@ -238,6 +289,7 @@ class ProjectionRunner:
         The copies still unacked on the server come back after ack_wait and are acked then
         as already applied.
         """
+        self._next_delivery = None  # a delivery went missing
         position = await self._position()
         if delivered > position:
             await self._process(await self._ordered_entries(position, [], through=delivered))
@@ -249,6 +301,8 @@ class ProjectionRunner:
     async def _process(self, entries: list[LogEntry]) -> None:
         items: list[tuple[LogEntry, Positioned]] = []
         for entry in entries:
+            if not self.decodes(entry.subject):
+                continue  # another projection's type: it only moves the position
             try:
                 event = decode_message(entry.data, entry.subject)
             except DeadLetter as reason:
@@ -261,42 +315,50 @@ class ProjectionRunner:
             self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
             await self._tell(entries[-1].sequence, [item for _, item in items])
 
+    def decodes(self, subject: str) -> bool:
+        """Return whether to decode a message: a type this projection folds, or no known type
+        at all (decoding says why it is dead-lettered)."""
+        token = subjects.subject_type_token(subject)
+        return token in self._folded or token not in KNOWN_TOKENS
+
     async def _ordered_entries(
-        self, position: int, delivered: list[LogEntry], through: int | None = None
+        self,
+        position: int,
+        delivered: list[LogEntry],
+        through: int | None = None,
+        *,
+        whole: bool = False,
     ) -> list[LogEntry]:
         """Return the entries after ``position`` up to the last delivered (or ``through``),
-        in order, reading the ones not delivered from the stream."""
+        in order; unless the delivery is known ``whole``, with those not delivered read from
+        the stream."""
         by_sequence = {e.sequence: e for e in delivered if e.sequence > position}
         last = max(by_sequence, default=position) if through is None else through
         if last <= position:
             return []
-        # Everything after the position is applied, in order: with no position yet that is
-        # from the stream's first message, not from the first one delivered (a redelivered
-        # first message may arrive after later ones).
-        start = position + 1
-        if start < min(by_sequence, default=last + 1):
-            start = max(start, await self._first_sequence())
-        missing = [s for s in range(start, last + 1) if s not in by_sequence]
-        for sequence in missing:
-            filled = await self._read(sequence)
-            if filled is not None:
-                by_sequence[sequence] = filled
-        if missing:
-            self._log.info(
-                "gap_filled", first_seq=missing[0], last_seq=missing[-1], count=len(missing)
-            )
+        if not whole:
+            # With no position yet this reads from the stream's first message, not from the
+            # first one delivered (a redelivered first message may arrive after later ones).
+            missing = await self._undelivered(position + 1, last, set(by_sequence))
+            by_sequence.update((entry.sequence, entry) for entry in missing)
+            if missing:
+                self._log.info(
+                    "gap_filled",
+                    first_seq=missing[0].sequence,
+                    last_seq=missing[-1].sequence,
+                    count=len(missing),
+                )
         return [by_sequence[s] for s in sorted(by_sequence)]
 
-    async def _first_sequence(self) -> int:
-        info = await self._js.stream_info(self._stream)
-        return int(info.state.first_seq or 1)
-
-    async def _read(self, sequence: int) -> LogEntry | None:
-        try:
-            raw = await self._js.get_msg(self._stream, sequence)
-        except NotFoundError:
-            return None  # deleted from the stream: nothing to apply
-        return LogEntry(sequence, raw.subject or "", raw.data or b"", 1)
+    async def _undelivered(self, first: int, last: int, delivered: set[int]) -> list[LogEntry]:
+        """Read from the stream the messages on this runner's filters in ``first..last`` that
+        were not delivered, in stream order."""
+        found = await read_range(self._js, self._stream, self.filters, first, last)
+        return [
+            LogEntry(raw.seq, raw.subject or "", raw.data or b"", 1)
+            for raw in found
+            if raw.seq is not None and raw.seq not in delivered
+        ]
 
     async def _warm(self, events: list[AnyEvent]) -> None:
         if not events or not isinstance(self.projection, Warms):

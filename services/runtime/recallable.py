@@ -2,9 +2,9 @@
 
 Each projection runner of this process reports, after each commit, the last sequence it
 handled and the events of the batch. The tracker keeps the recallable events it was told of
-(turns, remembered and forgotten memories) by stream sequence, and once the lowest position
-over the projections passes one, publishes one ``recallable`` notification for it, through
-the notification publisher (so the notification stream keeps it too).
+(turns, remembered and forgotten memories) by stream sequence, and once every projection
+that folds the event's type has passed it, publishes one ``recallable`` notification for
+it, through the notification publisher (so the notification stream keeps it too).
 
 It sees only the runners of its own process: ``bootstrap`` starts it only where every
 projection recall reads runs (``memoryd up`` with all components); with projections split
@@ -13,7 +13,7 @@ over processes no recallable notice is published.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,7 +22,7 @@ from memoryd.services.runtime.projection import Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.contracts.events import MemoryForgotten, MemoryRemembered
+from memoryd.shared.contracts.events import Event, MemoryForgotten, MemoryRemembered
 from memoryd.shared.contracts.notifications import MemoryUpdated, RecallableNotification
 from memoryd.shared.domain.memories import memory_identity
 
@@ -42,11 +42,18 @@ def recallable_notice(item: Positioned) -> MemoryUpdated | None:
 
 
 class RecallableTracker:
-    """The projections' positions, and the recallable events not every one has applied."""
+    """The projections' positions, and the recallable events not every reader has applied.
 
-    def __init__(self, consumers: Iterable[str], notifier: NotificationPublisher) -> None:
-        self._positions = dict.fromkeys(consumers, 0)
-        self._pending: dict[int, MemoryUpdated] = {}
+    An event waits only for the projections that fold its type: each reads only those
+    types, and its position moves only when one comes.
+    """
+
+    def __init__(
+        self, folds: Mapping[str, frozenset[type[Event]]], notifier: NotificationPublisher
+    ) -> None:
+        self._folds = dict(folds)
+        self._positions = dict.fromkeys(folds, 0)
+        self._pending: dict[int, tuple[MemoryUpdated, tuple[str, ...]]] = {}
         self._notifier = notifier
 
     async def load(self, readers: async_sessionmaker[AsyncSession]) -> None:
@@ -63,25 +70,31 @@ class RecallableTracker:
     def advance(
         self, consumer: str, through: int, batch: Sequence[Positioned]
     ) -> list[MemoryUpdated]:
-        """Record a commit; return the notices every projection has now passed, in log order.
+        """Record a commit; return the notices every reader has now passed, in log order.
 
-        An event at or below the lowest position was passed by every projection before
-        (notified then, or lost to a crash before the publish): it is not notified again.
+        An event every reader had passed before this commit was notified then (or lost to a
+        crash before the publish): it is not notified again.
         """
-        self._hold(batch, self._floor())
+        self._hold(batch)
         if consumer in self._positions:
             self._positions[consumer] = max(self._positions[consumer], through)
-        floor = self._floor()
-        return [self._pending.pop(s) for s in sorted(self._pending) if s <= floor]
+        due = [s for s in sorted(self._pending) if self._passed(s, self._pending[s][1])]
+        return [self._pending.pop(s)[0] for s in due]
 
-    def _hold(self, batch: Sequence[Positioned], floor: int) -> None:
+    def _hold(self, batch: Sequence[Positioned]) -> None:
         for item in batch:
-            note = recallable_notice(item) if item.sequence > floor else None
-            if note is not None:
-                self._pending.setdefault(item.sequence, note)
+            if item.sequence in self._pending:
+                continue
+            note = recallable_notice(item)
+            readers = self._readers(type(item.event))
+            if note is not None and not self._passed(item.sequence, readers):
+                self._pending[item.sequence] = (note, readers)
 
-    def _floor(self) -> int:
-        return min(self._positions.values(), default=0)
+    def _readers(self, event_type: type[Event]) -> tuple[str, ...]:
+        return tuple(c for c, folds in self._folds.items() if event_type in folds)
+
+    def _passed(self, sequence: int, readers: tuple[str, ...]) -> bool:
+        return all(self._positions[c] >= sequence for c in readers)
 
     @property
     def pending(self) -> int:

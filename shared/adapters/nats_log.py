@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -480,24 +480,33 @@ async def wait_until_applied(
 async def last_sequence_on(
     js: JetStreamContext, stream: str, filter_subject: str, timeout: float = 10.0
 ) -> int:
-    """Return the sequence of the newest message on the subjects ``filter_subject`` matches.
+    """Return the sequence of the newest message on the subjects ``filter_subject`` matches
+    (0 when none match)."""
+    return max((await last_sequences(js, stream, filter_subject, timeout)).values(), default=0)
 
-    A consumer filtered on those subjects, starting at their last message, reads it: what a
-    tenant's credentials allow (stream info, which lists every subject, is not). 0 when
-    none match.
+
+async def last_sequences(
+    js: JetStreamContext, stream: str, filter_subject: str, timeout: float = 10.0
+) -> dict[str, int]:
+    """Return the newest sequence on each subject ``filter_subject`` matches.
+
+    A consumer filtered on those subjects delivers the last message of each: what a tenant's
+    credentials allow (stream info, which lists every subject, is not).
     """
     config = api.ConsumerConfig(
         filter_subject=filter_subject,
-        deliver_policy=api.DeliverPolicy.LAST,
+        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
         ack_policy=api.AckPolicy.NONE,
         inactive_threshold=timeout,
         mem_storage=True,
     )
-    async with _reader(js, stream, filter_subject, config) as (subscription, pending):
-        if pending == 0:
-            return 0
-        [message] = await subscription.fetch(1, timeout=timeout)
-        return int(message.metadata.sequence.stream)
+    found: dict[str, int] = {}
+    async with _reader(js, stream, filter_subject, config) as (subscription, remaining):
+        while remaining > 0:
+            batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
+            found.update((m.subject, int(m.metadata.sequence.stream)) for m in batch)
+            remaining = batch[-1].metadata.num_pending or 0
+    return found
 
 
 @contextlib.asynccontextmanager
@@ -519,12 +528,68 @@ async def _reader(
             await js.delete_consumer(stream, info.name)
 
 
-async def _consumer_passed(js: JetStreamContext, stream: str, durable: str, sequence: int) -> bool:
+def filters_of(info: api.ConsumerInfo) -> list[str]:
+    """Return the subjects a consumer reads."""
+    config = info.config
+    return list(config.filter_subjects or [config.filter_subject or subjects.ALL_EVENTS])
+
+
+async def next_on(
+    js: JetStreamContext, stream: str, subject_filter: str, sequence: int
+) -> api.RawStreamMsg | None:
+    """Return the first message at or after ``sequence`` on ``subject_filter`` (None: none)."""
+    try:
+        return await js.get_msg(stream, seq=sequence, subject=subject_filter, next=True)
+    except NotFoundError:
+        return None
+
+
+async def read_range(
+    js: JetStreamContext, stream: str, filters: Sequence[str], first: int, last: int
+) -> list[api.RawStreamMsg]:
+    """Return every message on ``filters`` with a sequence in ``first..last``, in order."""
+    found: dict[int, api.RawStreamMsg] = {}
+    for subject_filter in filters:
+        sequence = first
+        while (raw := await next_on(js, stream, subject_filter, sequence)) is not None:
+            if raw.seq is None or raw.seq > last:
+                break
+            found[raw.seq] = raw
+            sequence = raw.seq + 1
+    return [found[s] for s in sorted(found)]
+
+
+async def passed(
+    js: JetStreamContext, stream: str, filters: Sequence[str], position: int, sequence: int
+) -> bool:
+    """Return whether a projection at ``position`` has applied the log through ``sequence``:
+    no message on the subjects it reads lies between the two."""
+    for subject_filter in filters:
+        raw = await next_on(js, stream, subject_filter, position + 1)
+        if raw is not None and raw.seq is not None and raw.seq <= sequence:
+            return False
+    return True
+
+
+async def _consumer_passed(
+    js: JetStreamContext, stream: str, durable: str, newest: Mapping[str, int]
+) -> bool:
+    """Return whether ``durable`` has applied the newest message of every subject in
+    ``newest`` that its filters read (its acknowledgement floor is at or past it)."""
     try:
         info = await js.consumer_info(stream, durable)
     except NotFoundError:
         return False
-    return (info.ack_floor.stream_seq or 0) >= sequence
+    filters = filters_of(info)
+    target = max(
+        (
+            sequence
+            for subject, sequence in newest.items()
+            if any(subjects.subject_matches(f, subject) for f in filters)
+        ),
+        default=0,
+    )
+    return (info.ack_floor.stream_seq or 0) >= target
 
 
 async def wait_until_user_applied(
@@ -534,19 +599,22 @@ async def wait_until_user_applied(
     consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
     timeout: float = 30.0,
 ) -> int:
-    """Wait until every consumer has applied the newest event ``filter_subject`` matches now.
+    """Wait until every consumer has applied the newest events ``filter_subject`` matches now.
 
     A worker acknowledges a message only after committing it and everything before it, so a
-    consumer whose acknowledgement floor reached the sequence has applied it. Return it.
+    consumer whose acknowledgement floor reached a sequence has applied it. Each consumer
+    reads only the event types its projection folds, so each waits for the newest of those.
+    Return the newest sequence of all.
     """
-    target = await last_sequence_on(js, stream, filter_subject)
+    newest = await last_sequences(js, stream, filter_subject)
     deadline = time.monotonic() + timeout
     while True:
-        passed = [await _consumer_passed(js, stream, name, target) for name in consumers]
+        passed = [await _consumer_passed(js, stream, name, newest) for name in consumers]
         if all(passed):
-            return target
+            return max(newest.values(), default=0)
         if time.monotonic() > deadline:
             waiting = [name for name, done in zip(consumers, passed, strict=True) if not done]
+            target = max(newest.values(), default=0)
             raise TimeoutError(f"consumers still before seq {target} after {timeout}s: {waiting}")
         await asyncio.sleep(0.02)
 

@@ -16,6 +16,7 @@ from pydantic.json_schema import models_json_schema
 
 from memoryd.shared import subjects
 from memoryd.shared.contracts.catalog import EVENT_TYPES
+from memoryd.shared.contracts.events import type_name
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
 from memoryd.shared.contracts.notifications import NOTIFICATION_TYPES
 from memoryd.shared.contracts.recall import RecallError, RecallRequest, RecallResponse
@@ -23,10 +24,6 @@ from memoryd.shared.contracts.recall import RecallError, RecallRequest, RecallRe
 REF = "#/components/schemas/{model}"
 MSG_ID_HEADER = "Nats-Msg-Id"  # an event's id: JetStream's de-duplication key
 TOKEN = "letters, digits, '-' or '_' (1-64): a scope value"
-
-
-def _event_type(model: type[BaseModel]) -> str:
-    return str(model.model_fields["type"].default)
 
 
 def _message(model: type[BaseModel], name: str, summary: str, **extra: Any) -> dict[str, Any]:
@@ -53,9 +50,9 @@ def _event_messages() -> dict[str, Any]:
         },
     }
     return {
-        _event_type(model): _message(
+        type_name(model): _message(
             model,
-            _event_type(model),
+            type_name(model),
             (model.__doc__ or model.__name__).strip().splitlines()[0],
             headers=headers,
         )
@@ -111,7 +108,7 @@ def asyncapi_document() -> dict[str, Any]:
     models += [RecallRequest, RecallResponse, RecallError]
     models += [ListMemoriesRequest, MemoryList, ListMemoriesError]
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
-    event_tokens = [_event_type(m).replace(".", "_") for m in EVENT_TYPES]
+    event_tokens = [subjects.type_token(type_name(m)) for m in EVENT_TYPES]
     kinds = [m.kind_name().replace(".", "_") for m in NOTIFICATION_TYPES]
     kinds = [kind for kind in kinds if kind != subjects.RECALLABLE_KIND]
     channels = {

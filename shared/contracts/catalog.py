@@ -18,6 +18,7 @@ from memoryd.shared.contracts.events import (
     PageEvicted,
     SessionEnded,
     TurnRecorded,
+    type_name,
 )
 
 # --- MemoryOS tiers ---
@@ -93,5 +94,5 @@ def encode_event(event: Event) -> bytes:
 
 
 def event_type_name(event: Event) -> str:
-    """Return the versioned type string of an event (each concrete class fixes its default)."""
-    return str(type(event).model_fields["type"].default)
+    """Return the versioned type string of an event."""
+    return type_name(type(event))

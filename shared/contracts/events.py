@@ -122,6 +122,11 @@ class Event(BaseModel):
         return data
 
 
+def type_name(event_type: type[Event]) -> str:
+    """Return the versioned ``type`` string of an event class (each concrete class fixes it)."""
+    return str(event_type.model_fields["type"].default)
+
+
 class TurnRecorded(Event):
     """A user query and the agent's response happened in a conversation."""
 

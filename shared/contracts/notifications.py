@@ -31,6 +31,7 @@ from memoryd.shared.contracts.events import (
     MemoryRemembered,
     SessionEnded,
     TurnRecorded,
+    type_name,
 )
 from memoryd.shared.contracts.memoryos import (
     PageFiled,
@@ -61,11 +62,6 @@ class ItemIds(StrEnum):
     TURNS = "turn ids"  # a turn.recorded event's event_id: the page, the turn in the index
     MEMORIES = "memory ids"  # an explicit memory's id (domain.memories.memory_identity)
     NONE = "none"  # always empty
-
-
-def type_name(event_type: type[Event]) -> str:
-    """Return the versioned ``type`` string of an event class."""
-    return str(event_type.model_fields["type"].default)
 
 
 def _document_kind(schema: dict[str, Any], model: type[Any]) -> None:

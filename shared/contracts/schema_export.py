@@ -11,8 +11,9 @@ from pydantic import BaseModel
 from memoryd.shared import subjects
 from memoryd.shared.contracts.asyncapi import asyncapi_document
 from memoryd.shared.contracts.catalog import EVENT_TYPES
+from memoryd.shared.contracts.events import type_name
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
-from memoryd.shared.contracts.notifications import NOTIFICATION_TYPES, MemoryUpdated, type_name
+from memoryd.shared.contracts.notifications import NOTIFICATION_TYPES, MemoryUpdated
 from memoryd.shared.contracts.recall import RecallError, RecallRequest, RecallResponse
 
 CONTRACTS: tuple[type[BaseModel], ...] = (

@@ -163,7 +163,8 @@ async def drive(
 ) -> Published:
     """Apply the log to every projection live, batch by batch, until none has more to do."""
     published = Published(log)
-    tracker = RecallableTracker([p.consumer for p in projections], Collector(published))  # type: ignore[arg-type]
+    folds = {p.consumer: p.folds for p in projections}
+    tracker = RecallableTracker(folds, Collector(published))  # type: ignore[arg-type]
     positions = dict.fromkeys((p.consumer for p in projections), 0)
     while any(position < len(log.events) for position in positions.values()):
         for projection in projections:

@@ -32,7 +32,7 @@ from memoryd.shared.adapters.sql.tables import stm_pages
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope, TurnRecorded, encode_event
 from memoryd.shared.settings import Settings
-from tests.conftest import unique
+from tests.conftest import consumers_reading, unique
 
 pytestmark = pytest.mark.integration
 
@@ -147,7 +147,8 @@ async def _letters(js: JetStreamContext, settings: Settings, count: int) -> None
 async def test_a_malformed_event_then_a_retried_fix_through_the_workers(
     stack: Stack, client: MemoryClient
 ) -> None:
-    """Every worker parks a malformed event with one one-line reason; a retry is applied."""
+    """Every worker reading a malformed event's type parks it with one one-line reason (the
+    others never receive it); a retry is applied."""
     js, settings = stack.js, stack.settings
     user = unique("u")
     subject = f"{subjects.EVENTS_PREFIX}.acme.{user}.turn_recorded_v1"
@@ -157,10 +158,12 @@ async def test_a_malformed_event_then_a_retried_fix_through_the_workers(
         "scope": {"tenant": "acme"},
     }
     await js.publish(subject, json.dumps(malformed).encode())
-    await _letters(js, settings, len(subjects.PROJECTION_CONSUMERS))
+    readers = consumers_reading(stack, subject)
+    await _letters(js, settings, len(readers))
     groups = group_dead_letters(await read_dead_letters(js, settings.dead_letter_stream))
     assert 1 == len(groups)
-    assert sorted(subjects.PROJECTION_CONSUMERS) == sorted(groups[0].consumers)
+    assert readers == sorted(groups[0].consumers)
+    assert subjects.MEMORIES_CONSUMER not in readers  # it folds no turn: it never saw one
     [reason] = groups[0].reasons
     assert "\n" not in reason
     assert reason.startswith("invalid event: ")

@@ -21,7 +21,7 @@ from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.adapters.sql.tables import graph_items, memories, stm_chain, stm_pages
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
-from tests.conftest import unique
+from tests.conftest import consumers_reading, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -77,9 +77,11 @@ async def indexed_points(stack: Stack, scope: Scope) -> int:
 async def test_an_event_without_event_id_is_dead_lettered_and_applied_nowhere(
     stack: Stack, client: MemoryClient
 ) -> None:
-    """A raw turn without event_id is parked by every projection with a reason; none applies it."""
+    """A raw turn without event_id is parked by every projection reading turns, with a reason;
+    none applies it."""
     scope = fresh_scope()
-    await publish_raw(stack, scope, raw_turn(scope, "I moved to Lisbon"))
+    body = raw_turn(scope, "I moved to Lisbon")
+    await publish_raw(stack, scope, body)
     await client.wait_until_applied(timeout=60)
 
     letters = await read_dead_letters(stack.js, stack.settings.dead_letter_stream)
@@ -92,7 +94,7 @@ async def test_an_event_without_event_id_is_dead_lettered_and_applied_nowhere(
         ).all()
 
     parked = {letter.consumer for letter in letters if scope.user_id in letter.original_subject}
-    assert set(subjects.PROJECTION_CONSUMERS) == parked
+    assert set(consumers_reading(stack, subjects.event_subject(scope, body["type"]))) == parked
     assert all(
         "event_id" in letter.reason
         for letter in letters
@@ -163,7 +165,8 @@ async def test_a_nul_character_is_rejected_at_the_contract_on_both_databases(
 ) -> None:
     """NUL in any text field is dead-lettered once per projection at decoding, nothing stored."""
     scope = fresh_scope()
-    await publish_raw(stack, scope, body_of(scope))
+    body = body_of(scope)
+    await publish_raw(stack, scope, body)
     await client.wait_until_applied(timeout=60)
 
     letters = [
@@ -183,7 +186,8 @@ async def test_a_nul_character_is_rejected_at_the_contract_on_both_databases(
             )
         ).all()
 
-    assert sorted(subjects.PROJECTION_CONSUMERS) == sorted(letter.consumer for letter in letters)
+    readers = consumers_reading(stack, subjects.event_subject(scope, body["type"]))
+    assert readers == sorted(letter.consumer for letter in letters)
     assert all("NUL" in letter.reason for letter in letters), letters[0].reason
     assert [] == rows and [] == pages
     assert 0 == await indexed_points(stack, scope)

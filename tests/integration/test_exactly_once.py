@@ -26,7 +26,7 @@ from memoryd.shared.adapters.sql.tables import memories, stm_pages, tracking
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope, TurnRecorded, encode_event
 from memoryd.shared.settings import Settings
-from tests.conftest import StackFactory, _delete_streams, unique
+from tests.conftest import StackFactory, _delete_streams, consumers_reading, unique
 
 pytestmark = pytest.mark.integration
 
@@ -258,11 +258,12 @@ async def test_a_message_a_worker_never_got_is_applied_long_before_ack_wait(
 async def applied_everywhere(
     stack: Stack, client: MemoryClient, scope: Scope, turn_id: uuid.UUID
 ) -> set[uuid.UUID]:
-    """Poll until every projection has applied sequence 1 and recall shows the turn's page;
-    return the pages' turn ids then."""
+    """Poll until every projection reading turns has applied sequence 1 and recall shows the
+    turn's page; return the pages' turn ids then."""
+    readers = consumers_reading(stack, subjects.event_subject(scope, "turn.recorded.v1"))
     while True:
         applied = await positions(stack)
         pages = {page.turn_id for page in (await client.recall(scope)).pages}
-        if turn_id in pages and all(applied.get(c, 0) >= 1 for c in subjects.PROJECTION_CONSUMERS):
+        if turn_id in pages and all(applied.get(c, 0) >= 1 for c in readers):
             return pages
         await asyncio.sleep(0.2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from nats.js.errors import NotFoundError
 
 from memoryd.shared import subjects
 from memoryd.shared.client import MemoryClient
-from memoryd.shared.contracts import Scope
+from memoryd.shared.contracts import PageEvicted, Scope
+from memoryd.shared.contracts.events import Event
+from memoryd.shared.contracts.memoryos import PromotedPage, SegmentPromoted
 from tests.conftest import unique
 from tests.integration.test_processes import clean_log, memoryd_process, wait_for, worker_env
 
@@ -37,6 +40,7 @@ CONSUMERS = {
     "mtm": subjects.MTM_CONSUMER,
     "persona": subjects.PERSONA_CONSUMER,
 }
+TIERS = ("mtm", "persona")  # workers of derived events only
 
 
 async def _delivered(js: nats.js.JetStreamContext, stream: str, consumer: str) -> bool:
@@ -47,10 +51,42 @@ async def _delivered(js: nats.js.JetStreamContext, stream: str, consumer: str) -
     return (info.delivered.stream_seq or 0) >= 1
 
 
-async def _publish_first(client: MemoryClient, scope: Scope, component: str) -> None:
-    if component == "memories":
+def _tier_input(component: str, scope: Scope, day: int) -> Event:
+    """Return an event the MTM or persona worker folds (in a full stack, STM and MTM derive
+    them; here the worker runs alone, and its consumer reads only the types it folds)."""
+    at, text = T0 + timedelta(minutes=day), f"Day {day}: I walked Pixel"
+    if component == "mtm":
+        turn = uuid.uuid4()
+        return PageEvicted(
+            cause_event_id=uuid.uuid4(),
+            occurred_at=at,
+            scope=scope,
+            turn_id=turn,
+            query=text,
+            response="Nice",
+            turn_occurred_at=at,
+        )
+    page = PromotedPage(turn_id=uuid.uuid4(), session_id="s1", query=text, response="Nice")
+    return SegmentPromoted(
+        cause_event_id=uuid.uuid4(),
+        occurred_at=at,
+        scope=scope,
+        segment_id=f"segment-{day}",
+        heat=6.0,
+        visits_at_promotion=0,
+        pages=(page,),
+    )
+
+
+async def _publish(client: MemoryClient, scope: Scope, component: str, day: int) -> None:
+    """Publish what ``component`` folds for ``day`` (day 0: the first batch)."""
+    if component in TIERS:
+        await client.publish(_tier_input(component, scope, day))
+        return
+    if component == "memories" and day == 0:
         await client.remember(scope, "Alice is vegetarian", key="diet", occurred_at=T0)
-    await client.record_turn(scope, "I adopted a greyhound named Pixel", "Lovely!", T0)
+    text = "I adopted a greyhound named Pixel" if day == 0 else f"Day {day}: I walked Pixel"
+    await client.record_turn(scope, text, "Nice", T0 + timedelta(minutes=day))
 
 
 @pytest.mark.parametrize("component", sorted(CONSUMERS))
@@ -68,16 +104,14 @@ async def test_a_kill_inside_the_first_batch_loses_nothing(
     log = tmp_path / "worker.log"
     with memoryd_process(["up", "--components", component], env, log) as worker:
         await wait_for(lambda: _consumer_exists(js, settings.stream_name, consumer), 120)
-        await _publish_first(client, scope, component)
+        await _publish(client, scope, component, 0)
         await wait_for(lambda: _delivered(js, settings.stream_name, consumer))
         worker.kill()
         worker.wait(10)
 
     with memoryd_process(["up", "--components", component], env, log) as worker:
-        for i in range(1, 11):
-            await client.record_turn(
-                scope, f"Day {i}: I walked Pixel", "Nice", T0 + timedelta(minutes=i)
-            )
+        for day in range(1, 11):
+            await _publish(client, scope, component, day)
         await client.wait_until_applied(timeout=120, consumers=[consumer])
         worker.kill()
         worker.wait(10)

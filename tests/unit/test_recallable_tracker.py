@@ -10,6 +10,7 @@ from memoryd.services.runtime.recallable import RecallableTracker, tracks_recall
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_notify import notification_subject
 from memoryd.shared.contracts import PageEvicted, Scope, TurnRecorded, derived_id
+from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.events import MemoryRemembered
 from memoryd.shared.domain.memories import memory_identity
 
@@ -24,8 +25,9 @@ def turn(sequence: int) -> Positioned:
 
 
 def tracker() -> RecallableTracker:
-    """Return a tracker over two projections (it publishes nothing in these tests)."""
-    return RecallableTracker(["stm", "indexer"], notifier=None)  # type: ignore[arg-type]
+    """Return a tracker over two projections that fold every type (it publishes nothing)."""
+    every = frozenset(EVENT_TYPES)
+    return RecallableTracker({"stm": every, "indexer": every}, notifier=None)  # type: ignore[arg-type]
 
 
 def test_no_notice_until_every_projection_passed_the_event() -> None:
@@ -79,6 +81,21 @@ def test_only_events_a_caller_writes_are_notified() -> None:
     assert [(remembered.event_id, (memory_identity(remembered),))] == [
         (n.event_id, n.item_ids) for n in due
     ]
+
+
+def test_an_event_waits_only_for_the_projections_that_fold_its_type() -> None:
+    """A memory is recallable once the projections folding memories passed it, whatever the
+    position of one that folds only turns (it never receives a memory event)."""
+    folds = {"stm": frozenset({TurnRecorded}), "memories": frozenset({MemoryRemembered})}
+    recallable = RecallableTracker(folds, notifier=None)  # type: ignore[arg-type]
+    remembered = MemoryRemembered(occurred_at=T0, scope=SCOPE, key="diet", content="vegetarian")
+    first = turn(1)
+
+    recallable.advance("stm", 1, [first])
+    due = recallable.advance("memories", 2, [Positioned(remembered, 2)])
+
+    assert [remembered.event_id] == [n.event_id for n in due]
+    assert 0 == recallable.pending
 
 
 def test_the_notice_is_filed_under_its_event() -> None:

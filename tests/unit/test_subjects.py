@@ -40,3 +40,29 @@ def test_user_event_filters_name_one_subject_per_event_type() -> None:
         "memoryd.ev.acme.bob.memory_remembered_v1",
         "memoryd.ev.acme.bob.session_ended_v1",
     ] == found
+
+
+def test_a_type_filter_matches_that_type_for_every_tenant_and_user() -> None:
+    """A projection's consumer reads the types it folds, whoever the event belongs to."""
+    event_filter = subjects.type_filter("turn.recorded.v1")
+
+    assert "memoryd.ev.*.*.turn_recorded_v1" == event_filter
+    assert subjects.subject_matches(event_filter, "memoryd.ev.acme.bob.turn_recorded_v1")
+    assert not subjects.subject_matches(event_filter, "memoryd.ev.acme.bob.page_evicted_v1")
+    assert not subjects.subject_matches(event_filter, "memoryd.ev.acme.turn_recorded_v1")
+
+
+def test_subject_matching_follows_nats_wildcards() -> None:
+    """``*`` is one token, ``>`` one or more at the end; anything else matches itself."""
+    assert subjects.subject_matches("memoryd.ev.>", "memoryd.ev.acme.bob.x")
+    assert not subjects.subject_matches("memoryd.ev.>", "memoryd.ev")
+    assert subjects.subject_matches("memoryd.ev.acme.*.x", "memoryd.ev.acme.bob.x")
+    assert not subjects.subject_matches("memoryd.ev.acme.*.x", "memoryd.ev.acme.bob.x.y")
+    assert not subjects.subject_matches("memoryd.ev.acme.bob", "memoryd.ev.acme.bob.x")
+
+
+def test_the_type_token_of_an_event_subject() -> None:
+    """The last token of an event subject names its type; other shapes name none."""
+    assert "turn_recorded_v1" == subjects.subject_type_token("memoryd.ev.acme.bob.turn_recorded_v1")
+    assert None is subjects.subject_type_token("memoryd.ev.acme.turn_recorded_v1")
+    assert None is subjects.subject_type_token("memoryd.notify.acme.bob.page_added")

@@ -1,8 +1,9 @@
 """Tracking rows: which stream sequence each projection has applied, and last changed at.
 
-A projection's position moves with every batch it handles, including batches of events it
-does not fold; its version (the sequence of its last batch that changed its read models)
-moves only with a change, so a reader's cache outlives the log's unrelated traffic.
+A projection's position moves with every batch it handles (its consumer reads the event
+types it folds, the gate consumer every event); its version (the sequence of its last batch
+that changed its read models) moves only with a change, so a reader's cache outlives the
+log's unrelated traffic.
 """
 
 from __future__ import annotations
