@@ -88,7 +88,7 @@ from memoryd.shared.adapters.nats_log import (
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory, sql_error
-from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.adapters.sql.schema import create_schema, missing_columns
 from memoryd.shared.domain.memoryos import MemoryOsParams
 from memoryd.shared.logging import REDACTOR
 from memoryd.shared.settings import Settings, StartupError, public_url, revealed
@@ -615,12 +615,24 @@ async def check_log(stack: Stack) -> None:
             )
 
 
+async def check_schema(stack: Stack) -> None:
+    """Refuse to run workers on read models made by an older memoryd (a column missing)."""
+    missing = await missing_columns(stack.engine)
+    if missing:
+        raise StartupError(
+            f"the read models in {public_url(stack.settings.resolved_database_url())} were made "
+            f"by an older memoryd (missing {', '.join(missing)}): run `memoryd replay` to "
+            "rebuild them from the log"
+        )
+
+
 async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
     decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
     notifier = NotificationPublisher.from_settings(stack.js, stack.settings)
     projections = build_projections(stack.settings, components, stack.retrieval, decisions)
     if projections:
+        await check_schema(stack)
         await check_log(stack)
     tracker = await _recallable_tracker(stack, projections, notifier)
     for projection in projections:

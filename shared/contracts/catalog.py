@@ -18,6 +18,7 @@ from memoryd.shared.contracts.events import (
     PageEvicted,
     SessionEnded,
     TurnRecorded,
+    UserErased,
 )
 
 # --- MemoryOS tiers ---
@@ -59,6 +60,7 @@ AnyEvent = Annotated[
     | MemoryRemembered
     | MemoryForgotten
     | SessionEnded
+    | UserErased
     | PageEvicted
     | MemoryOsEvent
     | RetrievalEvent,
@@ -70,6 +72,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryRemembered,
     MemoryForgotten,
     SessionEnded,
+    UserErased,
     PageEvicted,
     *MEMORYOS_EVENTS,
     *RETRIEVAL_EVENTS,
