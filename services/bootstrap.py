@@ -277,7 +277,7 @@ async def open_retrieval(
     llm: MemoryLlm | None = None,
 ) -> Retrieval:
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
-    store = await _embedding_store(engine, exit_stack)
+    store = await open_embedding_store(engine, exit_stack)
     worker_model = model or build_model(settings)
     # One queue for every worker's model calls: one call at a time (two concurrent calls,
     # each with the model's threads, would contend for the same cores), the waiting calls
@@ -296,7 +296,9 @@ async def open_retrieval(
     return Retrieval(embedder, index, llm, queries, worker_model, query_model)
 
 
-async def _embedding_store(engine: AsyncEngine, exit_stack: AsyncExitStack) -> SqlEmbeddingStore:
+async def open_embedding_store(
+    engine: AsyncEngine, exit_stack: AsyncExitStack
+) -> SqlEmbeddingStore:
     """Return the SQL embedding cache, its table created (under the schema lock, like the rest)."""
     cache_engine = _cache_engine(engine, exit_stack)
     store = SqlEmbeddingStore(cache_engine)

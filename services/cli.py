@@ -1,5 +1,5 @@
 """The ``memoryd`` command: up, demo, replay, verify, dead-letters, tenants, cluster, status,
-recall, remember, forget, export, import, schemas, mcp, http, tools, bench."""
+recall, remember, forget, export, import, erase, schemas, mcp, http, tools, bench."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress as RichProgress
 from rich.progress import TaskID
 
-from memoryd.services import lifecycle, people, tenants
+from memoryd.services import erasure, lifecycle, people, tenants
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.services.cluster import cluster_up
 from memoryd.services.runtime.heap import freeze_startup_heap
@@ -264,6 +264,14 @@ def _add_people(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export.add_argument("--out", type=Path, default=None, help="a file (default: stdout)")
     load = sub.add_parser("import", help="publish an export's input events the log lacks")
     load.add_argument("file", type=Path)
+    erase = sub.add_parser(
+        "erase", help="erase a user: read models, index, graph, their events in the log"
+    )
+    erase.add_argument("--tenant", required=True)
+    erase.add_argument("--user", required=True)
+    erase.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds the workers get to apply it"
+    )
     for command in (recall, remember, forget):
         command.add_argument("--tenant", required=True)
         command.add_argument("--user", required=True)
@@ -303,6 +311,29 @@ async def cmd_lifecycle(args: argparse.Namespace, settings: Settings) -> None:
             f"imported {report.published} events ({report.present} already in the log, "
             f"{report.passed_over} records derived or read models: not published)"
         )
+
+
+async def cmd_erase(args: argparse.Namespace, settings: Settings) -> None:
+    """Erase a user through the running memoryd; print what went, or why nothing did."""
+    if settings.nats_tenant is not None:
+        raise StartupError(
+            f"memoryd erase purges the log, which tenant {settings.nats_tenant}'s credentials "
+            "may not: run it with the workers' service credentials"
+        )
+    try:
+        scope = people.scope_of(args.tenant, args.user, "default", None)
+    except ValidationError as invalid:
+        raise StartupError(f"invalid scope: {describe_validation_error(invalid)}") from None
+    async with await _running_client(settings) as client:
+        try:
+            report = await erasure.Erasure(client, settings, timeout=args.timeout).erase(scope)
+        except erasure.AlreadyErased as done:
+            print(f"memoryd erase: {done}", flush=True)
+            return
+        except erasure.ErasureRefused as refused:
+            print(f"memoryd erase: {refused}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+    Console().print(erasure.erasure_table(report))
 
 
 async def cmd_people(args: argparse.Namespace, settings: Settings) -> None:
@@ -632,6 +663,7 @@ COMMANDS: dict[str, Command] = {
     "forget": lambda args, settings: asyncio.run(cmd_people(args, settings)),
     "export": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
     "import": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
+    "erase": lambda args, settings: asyncio.run(cmd_erase(args, settings)),
     "cluster": _cluster,
     "dead-letters": lambda args, settings: asyncio.run(
         cmd_dead_letters(settings, args.limit, args.action)
