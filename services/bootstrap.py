@@ -31,6 +31,7 @@ from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.admission import Admission
+from memoryd.services.recall.browse import MemoryBrowser
 from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.listing import MemoryListing
@@ -535,15 +536,16 @@ def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     )(recall)
 
 
-def subscribe_list_memories(broker: NatsBroker, listing: MemoryListing) -> None:
-    """Attach the list-memories handler to every tenant's subject (a queue group)."""
+RpcHandler = Callable[[str, bytes], Awaitable[bytes]]
 
-    async def list_memories(body: Any, message: NatsMessage) -> bytes:
-        return await listing.handle(message.raw_message.subject, body)
 
-    broker.subscriber(
-        subjects.ALL_LIST_MEMORIES, queue=subjects.LIST_MEMORIES_QUEUE, decoder=_raw_bodies
-    )(list_memories)
+def subscribe_rpc(broker: NatsBroker, subject: str, queue: str, handle: RpcHandler) -> None:
+    """Attach a read-only request-reply handler to every tenant's ``subject`` (a queue group)."""
+
+    async def answer(body: Any, message: NatsMessage) -> bytes:
+        return await handle(message.raw_message.subject, body)
+
+    broker.subscriber(subject, queue=queue, decoder=_raw_bodies)(answer)
 
 
 async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[str, NatsClient]:
@@ -789,13 +791,19 @@ async def _open_stack(
 
 
 async def _serve(stack: Stack, components: Sequence[Component]) -> None:
-    """Answer recalls and memory listings if recall is among the components; start the broker."""
+    """Answer recalls, memory listings and browsing if recall is among the components; start
+    the broker."""
     if "recall" in components and stack.retrieval is not None:
         settings = stack.settings
         visits = VisitRecorder(stack.publisher.publish, settings.recall_visit_interval_seconds)
         stack.on_stop(visits.close)  # runs after the broker stops answering
         service = recall_service(settings, stack.readers, stack.retrieval, visits.add)
         subscribe_recall(stack.broker, service)
-        subscribe_list_memories(stack.broker, MemoryListing(stack.readers))
+        listing = MemoryListing(stack.readers)
+        browser = MemoryBrowser(stack.readers, memoryos_params(settings))
+        subscribe_rpc(
+            stack.broker, subjects.ALL_LIST_MEMORIES, subjects.LIST_MEMORIES_QUEUE, listing.handle
+        )
+        subscribe_rpc(stack.broker, subjects.ALL_BROWSE, subjects.BROWSE_QUEUE, browser.handle)
     await stack.broker.start()
     stack.on_stop(stack.broker.stop)

@@ -33,6 +33,7 @@ from memoryd.shared.client.notifications import (
     check_durable,
     consumer_config,
 )
+from memoryd.shared.contracts.browse import BrowseError, BrowseReply, BrowseRequest, UserMemory
 from memoryd.shared.contracts.catalog import decode_event
 from memoryd.shared.contracts.events import (
     Category,
@@ -67,6 +68,7 @@ from memoryd.shared.settings import Settings
 
 _reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
 _list_adapter: TypeAdapter[ListMemoriesReply] = TypeAdapter(ListMemoriesReply)
+_browse_adapter: TypeAdapter[BrowseReply] = TypeAdapter(BrowseReply)
 
 
 class RecallFailed(Exception):
@@ -85,6 +87,14 @@ class ListMemoriesFailed(Exception):
     """The service refused or could not answer a list request."""
 
     def __init__(self, error: ListMemoriesError) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
+
+
+class BrowseFailed(Exception):
+    """The service refused or could not answer a browse request."""
+
+    def __init__(self, error: BrowseError) -> None:
         super().__init__(f"{error.code}: {error.message}")
         self.error = error
 
@@ -340,6 +350,25 @@ class MemoryClient:
         answer = _list_adapter.validate_json(reply.data)
         if isinstance(answer, ListMemoriesError):
             raise ListMemoriesFailed(answer)
+        return answer
+
+    async def browse(self, scope: Scope, *, limit: int = 100, timeout: float = 5.0) -> UserMemory:
+        """Return everything memoryd holds of ``scope``'s user (every agent), tier by tier.
+
+        STM pages, MTM segments with their heat and pages, the persona, explicit memories and
+        the knowledge graph (relations with their validity); ``limit`` bounds each list.
+        Asked of the query service on the tenant's own subject; raises ``BrowseFailed`` when
+        the service refuses the request.
+        """
+        request = BrowseRequest(scope=scope, limit=limit)
+        reply = await self._nc.request(
+            subjects.browse_subject(scope.tenant),
+            request.model_dump_json().encode(),
+            timeout=timeout,
+        )
+        answer = _browse_adapter.validate_json(reply.data)
+        if isinstance(answer, BrowseError):
+            raise BrowseFailed(answer)
         return answer
 
     async def memory_history(

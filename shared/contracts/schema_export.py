@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from memoryd.shared import subjects
 from memoryd.shared.contracts.asyncapi import asyncapi_document
+from memoryd.shared.contracts.browse import BrowseError, BrowseRequest, UserMemory
 from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
 from memoryd.shared.contracts.notifications import NOTIFICATION_TYPES, MemoryUpdated, type_name
@@ -23,6 +24,9 @@ CONTRACTS: tuple[type[BaseModel], ...] = (
     ListMemoriesRequest,
     MemoryList,
     ListMemoriesError,
+    BrowseRequest,
+    UserMemory,
+    BrowseError,
     MemoryUpdated,
     *NOTIFICATION_TYPES,
 )
