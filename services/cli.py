@@ -17,13 +17,12 @@ from typing import NoReturn
 import structlog
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import Progress as RichProgress
-from rich.progress import TaskID
 
 from memoryd.services import erasure, lifecycle, people, tenants
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.services.cluster import cluster_up
 from memoryd.services.runtime.heap import freeze_startup_heap
+from memoryd.services.runtime.progress import terminal_progress
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
     group_dead_letters,
@@ -139,20 +138,12 @@ async def cmd_replay(settings: Settings) -> None:
     """
     _refuse_if_running(settings, "replay rebuilds what its workers write")
     stack = await start_stack(settings, components=())  # connections only, no workers
-    console = Console()
     try:
-        with RichProgress(console=console, transient=True) as bars:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(consumer: str, folded: int, total: int) -> None:
-                if consumer not in tasks:
-                    tasks[consumer] = bars.add_task(consumer, total=total)
-                bars.update(tasks[consumer], completed=folded, total=total)
-
+        with terminal_progress() as progress:
             report = await stack.replay(progress=progress)
     finally:
         await stack.stop()
-    console.print(people.replay_table(report))
+    Console().print(people.replay_table(report))
 
 
 async def cmd_verify(settings: Settings) -> bool:
@@ -289,28 +280,37 @@ async def _running_client(settings: Settings) -> MemoryClient:
 
 
 async def cmd_lifecycle(args: argparse.Namespace, settings: Settings) -> None:
-    """Export a tenant's (or user's) memory as JSON lines, or import such a file."""
+    """Export a tenant's (or user's) memory as JSON lines, or import such a file.
+
+    Progress bars on stderr when it is a terminal; a summary table at the end (on stderr for
+    an export to stdout, which carries the records).
+    """
     async with await _running_client(settings) as client:
         if args.command == "export":
-            lines = await lifecycle.export_lines(
-                client, settings.stream_name, args.tenant, args.user
-            )
+            with terminal_progress() as progress:
+                lines = await lifecycle.export_lines(
+                    client, settings.stream_name, args.tenant, args.user, progress
+                )
             text = "".join(f"{line}\n" for line in lines)
             if args.out is None:
                 sys.stdout.write(text)
             else:
                 args.out.write_text(text)
-                print(f"exported {len(lines)} records to {args.out}", file=sys.stderr)
+            where = "stdout" if args.out is None else str(args.out)
+            summary = lifecycle.export_table(lifecycle.export_summary(lines), where)
+            Console(stderr=True).print(summary)
             return
         lines = args.file.read_text().splitlines()
         try:
-            report = await lifecycle.import_lines(client, settings.stream_name, lines)
+            with terminal_progress() as progress:
+                report = await lifecycle.import_lines(client, settings.stream_name, lines, progress)
         except (ValueError, KeyError) as bad:
             raise StartupError(f"{args.file} is not a memoryd export: {bad}") from None
         print(
             f"imported {report.published} events ({report.present} already in the log, "
             f"{report.passed_over} records derived or read models: not published)"
         )
+        Console().print(lifecycle.import_table(report))
 
 
 async def cmd_erase(args: argparse.Namespace, settings: Settings) -> None:
