@@ -593,8 +593,15 @@ def _tools(args: argparse.Namespace, _settings: Settings) -> None:
 
 def _bench_pipeline(args: argparse.Namespace, settings: Settings) -> None:
     from memoryd.services.bench.pipeline import run_pipeline_bench
+    from memoryd.services.bench.report import figures_table
 
-    asyncio.run(run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out))
+    with terminal_progress() as progress:
+        figures = asyncio.run(
+            run_pipeline_bench(
+                settings, args.events, args.recalls, args.concurrency, args.out, progress=progress
+            )
+        )
+    Console().print(figures_table("memoryd bench pipeline", figures))
 
 
 def _bench_faults(args: argparse.Namespace, settings: Settings) -> None:
@@ -623,7 +630,13 @@ def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
         candidates=args.candidates,
         dump=args.dump,
     )
-    asyncio.run(run_retrieval_bench(settings, options))
+    from memoryd.services.bench.report import summary_table
+
+    with terminal_progress() as progress:
+        reports = asyncio.run(run_retrieval_bench(settings, options, progress=progress))
+    for report in reports:
+        Console().print(summary_table(report))
+    print(f"reports (every group, the notes) in {args.out}")
 
 
 def _bench_peers(args: argparse.Namespace, _settings: Settings) -> None:

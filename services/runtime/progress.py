@@ -6,12 +6,18 @@ has come; the command decides whether anyone is watching, so tests and logs stay
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 
+from nats.js import JetStreamContext
 from rich.console import Console
 from rich.progress import Progress as Bars
 from rich.progress import TaskID
+
+from memoryd.services.runtime.replay import acked_position
+from memoryd.shared.adapters.nats_log import last_sequence
 
 # Told (task, done, total) as the work goes; a task is named the first time it is told.
 Progress = Callable[[str, int, int], None]
@@ -40,3 +46,41 @@ def terminal_progress(console: Console | None = None) -> Iterator[Progress]:
             bars.update(tasks[task], completed=done, total=total)
 
         yield tell
+
+
+@asynccontextmanager
+async def watching_consumers(
+    js: JetStreamContext,
+    stream: str,
+    consumers: Sequence[str],
+    *,
+    task: str,
+    progress: Progress,
+    every: float = 0.5,
+) -> AsyncIterator[None]:
+    """Tell ``progress`` how far the slowest consumer has applied the log, while the block runs.
+
+    For waits that take minutes (workers applying a bulk load). With nobody watching
+    (``quiet``) nothing is asked of NATS.
+    """
+    if progress is quiet:
+        yield
+        return
+
+    async def watch() -> None:
+        while True:
+            # A bar that misses a beat (NATS busy, a consumer not made yet) is no failure.
+            with contextlib.suppress(Exception):
+                floors = [await acked_position(js, stream, name) for name in consumers]
+                progress(task, min(floors, default=0), await last_sequence(js, stream))
+            await asyncio.sleep(every)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    last = await last_sequence(js, stream)  # the wait is over: every consumer is through
+    progress(task, last, last)

@@ -1,15 +1,18 @@
-"""Progress bars only for a terminal; the summaries export and import end with."""
+"""Progress bars only for a terminal; the summaries export, import and the benches end with."""
 
 from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from memoryd.services import lifecycle
-from memoryd.services.runtime.progress import quiet, terminal_progress
+from memoryd.services.bench.metrics import Evaluation, GroupSummary
+from memoryd.services.bench.report import BenchReport, figures_table, summary_table
+from memoryd.services.runtime.progress import quiet, terminal_progress, watching_consumers
 
 
 def shown(table: Table) -> str:
@@ -67,3 +70,27 @@ def test_an_import_summary_has_a_row_per_event_type() -> None:
     assert "imported 3 events" in text
     assert "turn.recorded.v1" in text and "memory.remembered.v1" in text
     assert "7 records derived or read models: not published" in text
+
+
+async def test_nobody_watching_asks_nothing_of_nats() -> None:
+    """With the quiet progress the watcher never starts (no NATS at all here)."""
+    nowhere: Any = None
+    async with watching_consumers(nowhere, "MEMORYD", ["memoryd-stm"], task="t", progress=quiet):
+        pass
+
+
+def test_a_bench_run_ends_with_its_figures_and_each_systems_targets() -> None:
+    """The pipeline's figures one per row; retrieval's systems side by side with targets."""
+    figures = shown(figures_table("memoryd bench pipeline", {"log_append_events_per_s": 25958}))
+    overall = GroupSummary(means={"session.recall_all@5": 0.98}, counts={"session.recall_all@5": 5})
+    evaluation = Evaluation(overall=overall, by_group={})
+    report = BenchReport(
+        dataset="locomo",
+        systems={"fused": evaluation},
+        targets={"session.recall_all@5": 0.9},
+    )
+    summary = shown(summary_table(report))
+
+    assert "log_append_events_per_s" in figures and "25,958" in figures
+    assert "locomo: overall" in summary and "fused" in summary
+    assert "0.980" in summary and ">= 0.90" in summary
