@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 
 import structlog
 from nats.js import JetStreamContext
-from pydantic import ValidationError
 from rich.table import Table
 
 from memoryd.services.bootstrap import open_embedding_store
@@ -44,8 +43,8 @@ from memoryd.shared.adapters.nats_log import last_sequence_on, read_subjects
 from memoryd.shared.adapters.sql import ledger
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.client import MemoryClient
-from memoryd.shared.contracts import Scope, UserErased, decode_event
-from memoryd.shared.contracts.catalog import AnyEvent
+from memoryd.shared.contracts import Scope, UserErased
+from memoryd.shared.contracts.catalog import AnyEvent, decode_valid
 from memoryd.shared.contracts.events import MemoryRemembered, PageEvicted, TurnRecorded
 from memoryd.shared.contracts.memoryos import PageFiled, PersonaExtracted
 from memoryd.shared.settings import Settings
@@ -109,17 +108,6 @@ def embedded_texts(events: Iterable[AnyEvent]) -> set[str]:
         elif isinstance(event, PersonaExtracted):
             texts.update(fact.text for fact in (*event.facts, *event.agent_traits))
     return texts
-
-
-def decoded(messages: Sequence[bytes]) -> Logged:
-    """Decode the messages that decode; count them all."""
-    events: list[AnyEvent] = []
-    for data in messages:
-        try:
-            events.append(decode_event(data))
-        except ValidationError:
-            continue
-    return Logged(len(messages), events)
 
 
 def erased_already(logged: Logged) -> datetime | None:
@@ -186,9 +174,8 @@ class Erasure:
 
     async def _logged(self, scope: Scope) -> Logged:
         filters = [subjects.user_events_filter(*_owner(scope))]
-        return decoded(
-            await read_subjects(self._js, self._settings.stream_name, filters, self._left())
-        )
+        found = await read_subjects(self._js, self._settings.stream_name, filters, self._left())
+        return Logged(len(found), decode_valid(found))
 
     async def _held(self, stream: str, filter_subject: str) -> int:
         """Return how many messages ``stream`` holds on the subjects the filter matches."""

@@ -33,7 +33,7 @@ from memoryd.shared.contracts import (
     TurnRecorded,
     decode_event,
 )
-from memoryd.shared.contracts.catalog import AnyEvent, event_type_name
+from memoryd.shared.contracts.catalog import AnyEvent, decode_valid, event_type_name
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.scope import SearchScope
 
@@ -60,14 +60,7 @@ async def logged_events(
 
     What does not decode (the workers dead-lettered it) is left out.
     """
-    found = await read_subjects(client._js, stream, [_filter(tenant, user)], timeout)
-    events: list[AnyEvent] = []
-    for data in found:
-        try:
-            events.append(decode_event(data))
-        except ValueError:
-            continue
-    return events
+    return decode_valid(await read_subjects(client._js, stream, [_filter(tenant, user)], timeout))
 
 
 async def current_memories(

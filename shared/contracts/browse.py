@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from memoryd.shared.contracts.memories import ListMemoriesErrorCode, StoredMemory
+from memoryd.shared.contracts.memories import ListMemoriesError, StoredMemory
 from memoryd.shared.contracts.recall import PageItem, ProfileItem, Provenance, TraitItem
 from memoryd.shared.contracts.scope import Scope
 
@@ -40,17 +40,9 @@ class BrowseRequest(BaseModel):
     limit: int = Field(default=100, ge=1, le=MAX_BROWSED)
 
 
-class SegmentPage(BaseModel):
-    """A dialogue page filed in a mid-term segment."""
-
-    model_config = ConfigDict(frozen=True)
-
-    turn_id: uuid.UUID
-    session_id: str | None
-    agent_id: str
-    query: str
-    response: str
-    occurred_at: datetime
+class SegmentPage(PageItem):
+    """A dialogue page filed in a mid-term segment (its ``meta_chain`` is empty: a chain is
+    kept only while its pages are in short-term memory)."""
 
     _in_utc = field_validator("occurred_at")(_utc)
 
@@ -136,14 +128,11 @@ class UserMemory(BaseModel):
     relations: list[GraphRelationView] = Field(description="newest first, ended ones too")
 
 
-class BrowseError(BaseModel):
-    """A browse request the service refused or could not answer, with the reason."""
+class BrowseError(ListMemoriesError):
+    """A browse request the service refused or could not answer, with the reason.
 
-    model_config = ConfigDict(frozen=True)
-
-    ok: Literal[False] = False
-    code: ListMemoriesErrorCode
-    message: str
+    The shape (and the codes) of ``ListMemoriesError``: the same service refuses both alike.
+    """
 
 
 BrowseReply = Annotated[UserMemory | BrowseError, Field(discriminator="ok")]

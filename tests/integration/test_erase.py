@@ -32,9 +32,8 @@ from memoryd.shared.contracts import (
     SearchScope,
     TurnRecorded,
     UserErased,
-    decode_event,
 )
-from memoryd.shared.contracts.catalog import AnyEvent
+from memoryd.shared.contracts.catalog import AnyEvent, decode_valid
 from memoryd.shared.domain.items import memory_text, turn_text
 from memoryd.shared.domain.memories import memory_identity
 from tests.conftest import StackFactory, unique
@@ -92,14 +91,7 @@ async def park_junk(stack: Stack, scope: Scope, text: str) -> None:
 async def user_events(stack: Stack, scope: Scope) -> list[AnyEvent]:
     """Return the events the log holds on the user's subjects (what decodes)."""
     filters = [subjects.user_events_filter(scope.tenant, scope.user_id)]
-    found = await read_subjects(stack.js, stack.settings.stream_name, filters)
-    events = []
-    for data in found:
-        try:
-            events.append(decode_event(data))
-        except ValueError:
-            continue
-    return events
+    return decode_valid(await read_subjects(stack.js, stack.settings.stream_name, filters))
 
 
 def embedded(events: Iterable[AnyEvent]) -> set[str]:
