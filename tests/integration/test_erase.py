@@ -279,6 +279,31 @@ async def test_an_erased_user_is_gone_from_everything_and_stays_gone_after_repla
     assert bob_live.rows == owned_by(replayed, bob)
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_an_erasure_while_the_workers_are_busy_with_the_user_leaves_nothing_behind(
+    make_stack: StackFactory,
+) -> None:
+    """Erased while its turns are still being applied (derived events may land after the
+    erasure): nothing of the user is left, and a fresh fold of the log agrees."""
+    stack = await make_stack(changes={"stm_capacity": 1, "mtm_promotion_tau": 0.5})
+    alice = Scope(tenant=unique("t"), user_id="alice")
+    busy = [(f"I moved to Quillon{i} last month", f"Quillon{i} is nice.") for i in range(40)]
+    async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as client:
+        await play(client, alice, busy)  # not waited for: the workers are at it
+        erased = await memoryd(stack, "erase", "--tenant", alice.tenant, "--user", "alice")
+        await client.wait_until_applied(timeout=120)
+        rows = await all_rows(stack)
+        remaining = await user_events(stack, alice)
+
+    assert 0 == erased.returncode, erased.stderr
+    assert [UserErased] == [type(e) for e in remaining]
+    assert {name: [] for name in rows} == owned_by(rows, alice)
+    assert [] == traces(rows, set())
+    await stack.stop_workers()
+    report = await stack.verify()
+    assert report.equal, report.lines()
+
+
 async def test_erasing_nobody_a_bad_name_or_with_a_tenants_credentials_writes_nothing(
     stack: Stack, client: MemoryClient
 ) -> None:
