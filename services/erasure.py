@@ -247,8 +247,9 @@ def erasure_table(report: ErasureReport) -> Table:
     )
     for what, count in rows:
         table.add_row(what, f"{count:,}")
+    rounds = "" if report.rounds == 1 else f" (published {report.rounds} times: it was busy)"
     table.caption = (
-        f"read models, index and graph: cleared by every projection; audit event "
+        f"read models, index and graph: cleared by every projection{rounds}; audit event "
         f"{report.audit_event_id} stays at stream seq {report.audit_sequence}"
     )
     return table

@@ -295,6 +295,7 @@ async def test_an_erasure_while_the_workers_are_busy_with_the_user_leaves_nothin
         rows = await all_rows(stack)
         remaining = await user_events(stack, alice)
 
+    print(erased.stdout)  # says whether the erasure had to be published again
     assert 0 == erased.returncode, erased.stderr
     assert [UserErased] == [type(e) for e in remaining]
     assert {name: [] for name in rows} == owned_by(rows, alice)
