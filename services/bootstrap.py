@@ -31,6 +31,7 @@ from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.admission import Admission
+from memoryd.services.recall.browse import MemoryBrowser
 from memoryd.services.recall.cache import ReadCache
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.listing import MemoryListing
@@ -88,7 +89,7 @@ from memoryd.shared.adapters.nats_log import (
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory, sql_error
-from memoryd.shared.adapters.sql.schema import create_schema
+from memoryd.shared.adapters.sql.schema import create_schema, missing_columns
 from memoryd.shared.domain.memoryos import MemoryOsParams
 from memoryd.shared.logging import REDACTOR
 from memoryd.shared.settings import Settings, StartupError, public_url, revealed
@@ -277,7 +278,7 @@ async def open_retrieval(
     llm: MemoryLlm | None = None,
 ) -> Retrieval:
     """Open the embedding cache, the search index and the extractor (injectable for tests)."""
-    store = await _embedding_store(engine, exit_stack)
+    store = await open_embedding_store(engine, exit_stack)
     worker_model = model or build_model(settings)
     # One queue for every worker's model calls: one call at a time (two concurrent calls,
     # each with the model's threads, would contend for the same cores), the waiting calls
@@ -296,7 +297,9 @@ async def open_retrieval(
     return Retrieval(embedder, index, llm, queries, worker_model, query_model)
 
 
-async def _embedding_store(engine: AsyncEngine, exit_stack: AsyncExitStack) -> SqlEmbeddingStore:
+async def open_embedding_store(
+    engine: AsyncEngine, exit_stack: AsyncExitStack
+) -> SqlEmbeddingStore:
     """Return the SQL embedding cache, its table created (under the schema lock, like the rest)."""
     cache_engine = _cache_engine(engine, exit_stack)
     store = SqlEmbeddingStore(cache_engine)
@@ -533,15 +536,16 @@ def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     )(recall)
 
 
-def subscribe_list_memories(broker: NatsBroker, listing: MemoryListing) -> None:
-    """Attach the list-memories handler to every tenant's subject (a queue group)."""
+RpcHandler = Callable[[str, bytes], Awaitable[bytes]]
 
-    async def list_memories(body: Any, message: NatsMessage) -> bytes:
-        return await listing.handle(message.raw_message.subject, body)
 
-    broker.subscriber(
-        subjects.ALL_LIST_MEMORIES, queue=subjects.LIST_MEMORIES_QUEUE, decoder=_raw_bodies
-    )(list_memories)
+def subscribe_rpc(broker: NatsBroker, subject: str, queue: str, handle: RpcHandler) -> None:
+    """Attach a read-only request-reply handler to every tenant's ``subject`` (a queue group)."""
+
+    async def answer(body: Any, message: NatsMessage) -> bytes:
+        return await handle(message.raw_message.subject, body)
+
+    broker.subscriber(subject, queue=queue, decoder=_raw_bodies)(answer)
 
 
 async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[str, NatsClient]:
@@ -615,12 +619,24 @@ async def check_log(stack: Stack) -> None:
             )
 
 
+async def check_schema(stack: Stack) -> None:
+    """Refuse to run workers on read models made by an older memoryd (a column missing)."""
+    missing = await missing_columns(stack.engine)
+    if missing:
+        raise StartupError(
+            f"the read models in {public_url(stack.settings.resolved_database_url())} were made "
+            f"by an older memoryd (missing {', '.join(missing)}): run `memoryd replay` to "
+            "rebuild them from the log"
+        )
+
+
 async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     """Start a pull worker per projection the components run, and the retention sweep."""
     decisions = JetStreamDecisionLog(stack.js, stack.settings.stream_name)
     notifier = NotificationPublisher.from_settings(stack.js, stack.settings)
     projections = build_projections(stack.settings, components, stack.retrieval, decisions)
     if projections:
+        await check_schema(stack)
         await check_log(stack)
     tracker = await _recallable_tracker(stack, projections, notifier)
     for projection in projections:
@@ -775,13 +791,19 @@ async def _open_stack(
 
 
 async def _serve(stack: Stack, components: Sequence[Component]) -> None:
-    """Answer recalls and memory listings if recall is among the components; start the broker."""
+    """Answer recalls, memory listings and browsing if recall is among the components; start
+    the broker."""
     if "recall" in components and stack.retrieval is not None:
         settings = stack.settings
         visits = VisitRecorder(stack.publisher.publish, settings.recall_visit_interval_seconds)
         stack.on_stop(visits.close)  # runs after the broker stops answering
         service = recall_service(settings, stack.readers, stack.retrieval, visits.add)
         subscribe_recall(stack.broker, service)
-        subscribe_list_memories(stack.broker, MemoryListing(stack.readers))
+        listing = MemoryListing(stack.readers)
+        browser = MemoryBrowser(stack.readers, memoryos_params(settings))
+        subscribe_rpc(
+            stack.broker, subjects.ALL_LIST_MEMORIES, subjects.LIST_MEMORIES_QUEUE, listing.handle
+        )
+        subscribe_rpc(stack.broker, subjects.ALL_BROWSE, subjects.BROWSE_QUEUE, browser.handle)
     await stack.broker.start()
     stack.on_stop(stack.broker.stop)

@@ -1,5 +1,5 @@
 """The ``memoryd`` command: up, demo, replay, verify, dead-letters, tenants, cluster, status,
-recall, remember, forget, export, import, schemas, mcp, http, tools, bench."""
+recall, remember, forget, export, import, erase, schemas, mcp, http, tools, bench."""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ from typing import NoReturn
 import structlog
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import Progress as RichProgress
-from rich.progress import TaskID
 
-from memoryd.services import lifecycle, people, tenants
+from memoryd.services import erasure, lifecycle, people, tenants
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.services.cluster import cluster_up
 from memoryd.services.runtime.heap import freeze_startup_heap
+from memoryd.services.runtime.progress import terminal_progress
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
     group_dead_letters,
@@ -139,20 +138,12 @@ async def cmd_replay(settings: Settings) -> None:
     """
     _refuse_if_running(settings, "replay rebuilds what its workers write")
     stack = await start_stack(settings, components=())  # connections only, no workers
-    console = Console()
     try:
-        with RichProgress(console=console, transient=True) as bars:
-            tasks: dict[str, TaskID] = {}
-
-            def progress(consumer: str, folded: int, total: int) -> None:
-                if consumer not in tasks:
-                    tasks[consumer] = bars.add_task(consumer, total=total)
-                bars.update(tasks[consumer], completed=folded, total=total)
-
+        with terminal_progress() as progress:
             report = await stack.replay(progress=progress)
     finally:
         await stack.stop()
-    console.print(people.replay_table(report))
+    Console().print(people.replay_table(report))
 
 
 async def cmd_verify(settings: Settings) -> bool:
@@ -264,6 +255,14 @@ def _add_people(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export.add_argument("--out", type=Path, default=None, help="a file (default: stdout)")
     load = sub.add_parser("import", help="publish an export's input events the log lacks")
     load.add_argument("file", type=Path)
+    erase = sub.add_parser(
+        "erase", help="erase a user: read models, index, graph, their events in the log"
+    )
+    erase.add_argument("--tenant", required=True)
+    erase.add_argument("--user", required=True)
+    erase.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds the workers get to apply it"
+    )
     for command in (recall, remember, forget):
         command.add_argument("--tenant", required=True)
         command.add_argument("--user", required=True)
@@ -281,28 +280,60 @@ async def _running_client(settings: Settings) -> MemoryClient:
 
 
 async def cmd_lifecycle(args: argparse.Namespace, settings: Settings) -> None:
-    """Export a tenant's (or user's) memory as JSON lines, or import such a file."""
+    """Export a tenant's (or user's) memory as JSON lines, or import such a file.
+
+    Progress bars on stderr when it is a terminal; a summary table at the end (on stderr for
+    an export to stdout, which carries the records).
+    """
     async with await _running_client(settings) as client:
         if args.command == "export":
-            lines = await lifecycle.export_lines(
-                client, settings.stream_name, args.tenant, args.user
-            )
+            with terminal_progress() as progress:
+                lines = await lifecycle.export_lines(
+                    client, settings.stream_name, args.tenant, args.user, progress
+                )
             text = "".join(f"{line}\n" for line in lines)
             if args.out is None:
                 sys.stdout.write(text)
             else:
                 args.out.write_text(text)
-                print(f"exported {len(lines)} records to {args.out}", file=sys.stderr)
+            where = "stdout" if args.out is None else str(args.out)
+            summary = lifecycle.export_table(lifecycle.export_summary(lines), where)
+            Console(stderr=True).print(summary)
             return
         lines = args.file.read_text().splitlines()
         try:
-            report = await lifecycle.import_lines(client, settings.stream_name, lines)
+            with terminal_progress() as progress:
+                report = await lifecycle.import_lines(client, settings.stream_name, lines, progress)
         except (ValueError, KeyError) as bad:
             raise StartupError(f"{args.file} is not a memoryd export: {bad}") from None
         print(
             f"imported {report.published} events ({report.present} already in the log, "
             f"{report.passed_over} records derived or read models: not published)"
         )
+        Console().print(lifecycle.import_table(report))
+
+
+async def cmd_erase(args: argparse.Namespace, settings: Settings) -> None:
+    """Erase a user through the running memoryd; print what went, or why nothing did."""
+    if settings.nats_tenant is not None:
+        raise StartupError(
+            f"memoryd erase purges the log, which tenant {settings.nats_tenant}'s credentials "
+            "may not: run it with the workers' service credentials"
+        )
+    try:
+        scope = people.scope_of(args.tenant, args.user, "default", None)
+    except ValidationError as invalid:
+        raise StartupError(f"invalid scope: {describe_validation_error(invalid)}") from None
+    async with await _running_client(settings) as client:
+        try:
+            report = await erasure.Erasure(client, settings, timeout=args.timeout).erase(scope)
+        except erasure.AlreadyErased as done:
+            print(f"memoryd erase: {done}", flush=True)
+            return
+        except erasure.ErasureRefused as refused:
+            print(f"memoryd erase: {refused}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+    Console().print(erasure.erasure_table(report))
 
 
 async def cmd_people(args: argparse.Namespace, settings: Settings) -> None:
@@ -562,8 +593,15 @@ def _tools(args: argparse.Namespace, _settings: Settings) -> None:
 
 def _bench_pipeline(args: argparse.Namespace, settings: Settings) -> None:
     from memoryd.services.bench.pipeline import run_pipeline_bench
+    from memoryd.services.bench.report import figures_table
 
-    asyncio.run(run_pipeline_bench(settings, args.events, args.recalls, args.concurrency, args.out))
+    with terminal_progress() as progress:
+        figures = asyncio.run(
+            run_pipeline_bench(
+                settings, args.events, args.recalls, args.concurrency, args.out, progress=progress
+            )
+        )
+    Console().print(figures_table("memoryd bench pipeline", figures))
 
 
 def _bench_faults(args: argparse.Namespace, settings: Settings) -> None:
@@ -592,7 +630,13 @@ def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
         candidates=args.candidates,
         dump=args.dump,
     )
-    asyncio.run(run_retrieval_bench(settings, options))
+    from memoryd.services.bench.report import summary_table
+
+    with terminal_progress() as progress:
+        reports = asyncio.run(run_retrieval_bench(settings, options, progress=progress))
+    for report in reports:
+        Console().print(summary_table(report))
+    print(f"reports (every group, the notes) in {args.out}")
 
 
 def _bench_peers(args: argparse.Namespace, _settings: Settings) -> None:
@@ -632,6 +676,7 @@ COMMANDS: dict[str, Command] = {
     "forget": lambda args, settings: asyncio.run(cmd_people(args, settings)),
     "export": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
     "import": lambda args, settings: asyncio.run(cmd_lifecycle(args, settings)),
+    "erase": lambda args, settings: asyncio.run(cmd_erase(args, settings)),
     "cluster": _cluster,
     "dead-letters": lambda args, settings: asyncio.run(
         cmd_dead_letters(settings, args.limit, args.action)

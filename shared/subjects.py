@@ -12,6 +12,8 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
     memoryd.rpc.<tenant>.memories.list          list a scope's memories (request-reply, queue
                                                 group); one grant ``memoryd.rpc.<tenant>.>``
                                                 covers the tenant's request-reply subjects
+    memoryd.rpc.<tenant>.browse                 everything held of one user (request-reply,
+                                                queue group): the memory browser's read
     _INBOX_<tenant>.>                           a tenant's reply inboxes (its apps connect with
                                                 this inbox prefix; no other tenant may read it)
 """
@@ -40,6 +42,9 @@ INBOX_PREFIX = "_INBOX"
 LIST_MEMORIES_SUFFIX = "memories.list"
 ALL_LIST_MEMORIES = f"{RPC_PREFIX}.*.{LIST_MEMORIES_SUFFIX}"
 LIST_MEMORIES_QUEUE = "memoryd-list-memories"
+BROWSE_SUFFIX = "browse"
+ALL_BROWSE = f"{RPC_PREFIX}.*.{BROWSE_SUFFIX}"
+BROWSE_QUEUE = "memoryd-browse"
 # The event types a memory's history is read from (its versions, its end).
 MEMORY_HISTORY_TYPES = (
     "memory.remembered.v1",
@@ -177,6 +182,11 @@ def inbox_prefix(tenant: str) -> str:
 def list_memories_subject(tenant: str) -> str:
     """Return the subject a tenant's list-memories requests are sent to."""
     return f"{RPC_PREFIX}.{tenant}.{LIST_MEMORIES_SUFFIX}"
+
+
+def browse_subject(tenant: str) -> str:
+    """Return the subject a tenant's browse requests are sent to."""
+    return f"{RPC_PREFIX}.{tenant}.{BROWSE_SUFFIX}"
 
 
 def rpc_tenant(subject: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from memoryd.services.bench.embedded import embedded_nats
 from memoryd.services.bootstrap import Component, Stack, start_stack
+from memoryd.services.runtime.progress import Progress, quiet, watching_consumers
 from memoryd.services.runtime.replay import ReplayReport
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.client import MemoryClient
@@ -102,15 +103,24 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-async def _append(client: MemoryClient, events: list[Any], chunk: int = 2_000) -> float:
+async def _append(
+    client: MemoryClient, events: list[Any], progress: Progress, task: str, chunk: int = 2_000
+) -> float:
     started = time.perf_counter()
     for i in range(0, len(events), chunk):
         await client.publish_many(events[i : i + chunk])
+        progress(task, min(i + chunk, len(events)), len(events))
     return time.perf_counter() - started
 
 
 async def _recall_latencies(
-    client: MemoryClient, users: list[Scope], total: int, concurrency: int, rng: random.Random
+    client: MemoryClient,
+    users: list[Scope],
+    total: int,
+    concurrency: int,
+    rng: random.Random,
+    *,
+    progress: Progress,
 ) -> list[float]:
     latencies: list[float] = []
     per_caller = total // concurrency
@@ -122,22 +132,41 @@ async def _recall_latencies(
             started = time.perf_counter()
             await client.recall(scope, _sentence(local, 4))
             latencies.append((time.perf_counter() - started) * 1000)
+            progress("recalls", len(latencies), per_caller * concurrency)
 
     await asyncio.gather(*(caller(rng.randrange(1 << 30)) for _ in range(concurrency)))
     return latencies
 
 
 async def run_pipeline_bench(
-    base: Settings, events: int, recalls: int, concurrency: int, out: Path
+    base: Settings,
+    events: int,
+    recalls: int,
+    concurrency: int,
+    out: Path,
+    *,
+    progress: Progress = quiet,
 ) -> dict[str, Any]:
-    """Run the benchmark, print the figures, and write them to ``out``/pipeline.{json,md}."""
+    """Run the benchmark, write the figures to ``out``/pipeline.{json,md}, and return them.
+
+    ``progress`` is told how each phase goes (appends, workers applying, recalls, replay).
+    """
     rng = random.Random(7)
     async with embedded_nats("memoryd-bench-") as (data_dir, url):
         settings = on_embedded(base, data_dir, url)
-        results = await _measure(settings, events, recalls, concurrency, rng)
-    results.update(await measure_memoryos(base))
+        results = await _measure(settings, Load(events, recalls, concurrency), rng, progress)
+    results.update(await measure_memoryos(base, progress=progress))
     _write(results, out)
     return results
+
+
+@dataclass(frozen=True)
+class Load:
+    """How much the run does: turns appended, recalls asked, and by how many callers."""
+
+    events: int
+    recalls: int
+    concurrency: int
 
 
 def on_embedded(base: Settings, data_dir: Path, nats_url: str) -> Settings:
@@ -158,21 +187,19 @@ class Applied:
 
 
 async def _measure(
-    settings: Settings, events: int, recalls: int, concurrency: int, rng: random.Random
+    settings: Settings, load: Load, rng: random.Random, progress: Progress
 ) -> dict[str, Any]:
     users = [Scope(tenant="bench", user_id=f"user-{i}") for i in range(USERS)]
-    turns = make_turns(users, events, rng)
-    memories = make_memories(users, max(1, events // 10), rng)
+    turns = make_turns(users, load.events, rng)
+    memories = make_memories(users, max(1, load.events // 10), rng)
     admin, client = await _connect(settings)
-    append_s = await _append(client, turns)
-    await _append(client, memories)
-    applied = await _apply_and_recall(
-        settings, client, users, rng, recalls=recalls, concurrency=concurrency
-    )
-    replayed = await admin.replay(("stm", "memories", "indexer", "graph"))
+    append_s = await _append(client, turns, progress, "append turns")
+    await _append(client, memories, progress, "append memories")
+    applied = await _apply_and_recall(settings, client, users, rng, load, progress=progress)
+    replayed = await admin.replay(("stm", "memories", "indexer", "graph"), progress=progress)
     await client.close()
     await admin.stop()
-    return pipeline_figures(events, len(memories), append_s, applied, replayed)
+    return pipeline_figures(load.events, len(memories), append_s, applied, replayed)
 
 
 async def _connect(settings: Settings) -> tuple[Stack, MemoryClient]:
@@ -186,28 +213,39 @@ async def _apply_and_recall(
     client: MemoryClient,
     users: list[Scope],
     rng: random.Random,
+    load: Load,
     *,
-    recalls: int,
-    concurrency: int,
+    progress: Progress,
 ) -> Applied:
     """Time STM, then the recall path, applying the log; then time recalls against them."""
-    stm, stm_s = await _caught_up(settings, client, ("stm",), timeout=600)
+    stm, stm_s = await _caught_up(settings, client, ("stm",), 600, progress)
     # Recall as deployed: explicit memories, the hybrid index (BM25 + MiniLM) and the graph.
-    rest, index_s = await _caught_up(settings, client, RECALL_COMPONENTS, timeout=3_600)
+    rest, index_s = await _caught_up(settings, client, RECALL_COMPONENTS, 3_600, progress)
     await client.recall(users[0], "warm up", timeout=300)  # loads the model for queries
-    latencies = await _recall_latencies(client, users, recalls, concurrency, rng)
+    latencies = await _recall_latencies(
+        client, users, load.recalls, load.concurrency, rng, progress=progress
+    )
     await stm.stop()
     await rest.stop()
-    return Applied(stm_s, index_s, latencies, concurrency)
+    return Applied(stm_s, index_s, latencies, load.concurrency)
 
 
 async def _caught_up(
-    settings: Settings, client: MemoryClient, components: Sequence[Component], timeout: float
+    settings: Settings,
+    client: MemoryClient,
+    components: Sequence[Component],
+    timeout: float,
+    progress: Progress,
 ) -> tuple[Stack, float]:
     """Start the components' workers; return them and the seconds they took to apply the log."""
     workers = await start_stack(settings, components=components)
+    consumers = list(workers.runners)
     started = time.perf_counter()
-    await client.wait_until_applied(timeout=timeout, consumers=list(workers.runners))
+    task = f"apply: {', '.join(components)}"
+    async with watching_consumers(
+        client._js, settings.stream_name, consumers, task=task, progress=progress
+    ):
+        await client.wait_until_applied(timeout=timeout, consumers=consumers)
     return workers, time.perf_counter() - started
 
 
@@ -243,8 +281,6 @@ def _write(results: dict[str, Any], out: Path) -> None:
         "# memoryd bench pipeline\n\nCommand: `memoryd bench pipeline`\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n"
     )
-    for key, value in results.items():
-        print(f"{key:>28}: {value}")
 
 
 # Turns/s through the MemoryOS tiers next to the embedder's own throughput.
@@ -264,7 +300,7 @@ def chat_turns(count: int, rng: random.Random) -> list[tuple[str, str]]:
 
 
 async def measure_memoryos(
-    base: Settings, turns: int = 400, users: int = 20, seed: int = 11
+    base: Settings, turns: int = 400, users: int = 20, seed: int = 11, *, progress: Progress = quiet
 ) -> dict[str, Any]:
     """Time turns through STM, meta chain, MTM and persona (offline extractor, MiniLM).
 
@@ -278,7 +314,7 @@ async def measure_memoryos(
     embedder_rate = await _embedder_rate(model, pairs)  # also loads the model untimed
     async with embedded_nats("memoryd-bench-tiers-") as (data_dir, url):
         settings = on_embedded(base, data_dir, url)
-        seconds = await _tiers_seconds(settings, tier_turns(pairs, users), model)
+        seconds = await _tiers_seconds(settings, tier_turns(pairs, users), model, progress)
     rate = turns / seconds
     return {
         "memoryos_turns": turns,
@@ -314,13 +350,20 @@ async def _embedder_rate(model: Embedder, pairs: list[tuple[str, str]]) -> float
     )
 
 
-async def _tiers_seconds(settings: Settings, turns: list[TurnRecorded], model: Embedder) -> float:
+async def _tiers_seconds(
+    settings: Settings, turns: list[TurnRecorded], model: Embedder, progress: Progress
+) -> float:
     """Append the turns; return the seconds from starting the tier workers to all settled."""
     admin, client = await _connect(settings)
-    await _append(client, turns)
+    await _append(client, turns, progress, "append MemoryOS turns")
     started = time.perf_counter()
     workers = await start_stack(settings, MEMORYOS_COMPONENTS, embedder=model)
-    await client.wait_until_applied(timeout=1_800, consumers=list(workers.runners))
+    consumers = list(workers.runners)
+    task = "apply: MemoryOS tiers"
+    async with watching_consumers(
+        client._js, settings.stream_name, consumers, task=task, progress=progress
+    ):
+        await client.wait_until_applied(timeout=1_800, consumers=consumers)
     seconds = time.perf_counter() - started
     await workers.stop()
     await client.close()

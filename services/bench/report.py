@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from rich.table import Table
 
 from memoryd.services.bench.metrics import OVERALL, Evaluation, GroupSummary
 
 __all__ = [
     "DEFAULT_TABLE_METRICS",
     "BenchReport",
+    "figures_table",
     "render_markdown",
+    "summary_table",
     "write_report",
 ]
 
@@ -112,3 +116,26 @@ def write_report(
     markdown_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     markdown_path.write_text(render_markdown(report, metrics), encoding="utf-8")
+
+
+def figures_table(title: str, figures: Mapping[str, Any]) -> Table:
+    """Render a run's figures, one per row, for the terminal that ran it."""
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in figures.items():
+        table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+    return table
+
+
+def summary_table(report: BenchReport, metrics: Sequence[str] = DEFAULT_TABLE_METRICS) -> Table:
+    """Render each system's overall figures on one dataset, the targets beside them."""
+    table = Table(title=f"{report.dataset}: overall")
+    table.add_column("metric")
+    for system in report.systems:
+        table.add_column(system, justify="right")
+    table.add_column("target", justify="right")
+    for metric in metrics:
+        values = [_value(evaluation, OVERALL, metric) for evaluation in report.systems.values()]
+        table.add_row(metric, *values, _target(report, OVERALL, metric))
+    return table

@@ -38,9 +38,10 @@ from memoryd.services.bench.datasets import (
 )
 from memoryd.services.bench.embedded import embedded_nats
 from memoryd.services.bench.metrics import Evaluation, evaluate
-from memoryd.services.bench.report import BenchReport, render_markdown, write_report
+from memoryd.services.bench.report import BenchReport, write_report
 from memoryd.services.bootstrap import Component, Stack, build_model, start_stack
 from memoryd.services.recall.hybrid import STREAMS
+from memoryd.services.runtime.progress import Progress, quiet, watching_consumers
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import CachedEmbedder, SqlEmbeddingStore
 from memoryd.shared.adapters.sql.engine import create_engine
@@ -154,10 +155,12 @@ def load(name: str, options: BenchOptions) -> BenchDataset:
     return load_locomo(options.data_dir / "locomo_dev.json", subset)
 
 
-async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Ingested:
+async def ingest(
+    client: MemoryClient, name: str, dataset: BenchDataset, progress: Progress = quiet
+) -> Ingested:
     """Publish every conversation's turns; LoCoMo turns carry their speaker's name."""
     ingested = Ingested()
-    for conversation in dataset.conversations:
+    for done, conversation in enumerate(dataset.conversations, 1):
         scope, events, mapping = conversation_events(name, conversation, name == "locomo")
         for start in range(0, len(events), 2_000):
             await client.publish_many(events[start : start + 2_000])
@@ -165,6 +168,7 @@ async def ingest(client: MemoryClient, name: str, dataset: BenchDataset) -> Inge
         ingested.session_of_token |= {token(s.id): s.id for s in conversation.sessions}
         ingested.scopes[conversation.id] = scope
         ingested.events += len(events)
+        progress(f"{name}: ingest conversations", done, len(dataset.conversations))
     return ingested
 
 
@@ -237,6 +241,9 @@ async def run_system(
     ingested: Ingested,
     weights: StreamWeights | None,
     options: BenchOptions,
+    *,
+    task: str = "questions",
+    progress: Progress = quiet,
 ) -> SystemRun:
     """Ask every question with one system's weights; return its evaluation and rankings.
 
@@ -244,11 +251,15 @@ async def run_system(
     session ranking, or the reverse), so the report shows what the aggregation is worth.
     """
     gate = asyncio.Semaphore(options.concurrency)
+    answered: list[Ranked] = []
 
     async def ask(question: Question) -> Ranked:
         scope = ingested.scopes[question.conversation_id]
         async with gate:
-            return await rank(client, scope, question, weights, options=options, ingested=ingested)
+            found = await rank(client, scope, question, weights, options=options, ingested=ingested)
+        answered.append(found)
+        progress(task, len(answered), len(dataset.questions))
+        return found
 
     answers = await asyncio.gather(*(ask(question) for question in dataset.questions))
     return system_run(dataset, answers, options.session_ranking)
@@ -300,17 +311,21 @@ async def bench_dataset(
     *,
     fused_weights: str,
     candidates: int,
+    progress: Progress = quiet,
 ) -> BenchReport:
     """Ingest one dataset, wait until it is indexed, and score every system on it."""
     dataset = load(name, options)
-    ingested, ingest_s = await _ingest_and_settle(client, name, dataset, stack_ready)
+    ingested, ingest_s = await _ingest_and_settle(client, name, dataset, stack_ready, progress)
     notes = dataset_notes(
         name, options, ingested, ingest_s, fused_weights=fused_weights, candidates=candidates
     )
     systems: dict[str, Evaluation] = {}
     dumped: list[dict[str, Any]] = []
     for system, weights in SYSTEMS.items():
-        run = await run_system(client, dataset, ingested, weights, options)
+        task = f"{name}: {system} questions"
+        run = await run_system(
+            client, dataset, ingested, weights, options, task=task, progress=progress
+        )
         systems[system] = run.evaluation
         if options.dump:
             dumped.extend(question_rows(dataset, system, run))
@@ -322,12 +337,14 @@ async def bench_dataset(
 
 
 async def _ingest_and_settle(
-    client: MemoryClient, name: str, dataset: BenchDataset, stack_ready: Any
+    client: MemoryClient, name: str, dataset: BenchDataset, stack_ready: Any, progress: Progress
 ) -> tuple[Ingested, float]:
     """Ingest a dataset and wait until the stack is ready; return it and the seconds taken."""
     started = time.perf_counter()
-    ingested = await ingest(client, name, dataset)
-    await settled(client)
+    ingested = await ingest(client, name, dataset, progress)
+    stream, task = client._stream, f"{name}: index and graph"
+    async with watching_consumers(client._js, stream, CONSUMERS, task=task, progress=progress):
+        await settled(client)
     await stack_ready()
     return ingested, time.perf_counter() - started
 
@@ -431,8 +448,13 @@ def bench_settings(
     )
 
 
-async def run_retrieval_bench(base: Settings, options: BenchOptions) -> list[BenchReport]:
-    """Run the benchmark on each dataset in a fresh embedded stack; write the reports."""
+async def run_retrieval_bench(
+    base: Settings, options: BenchOptions, *, progress: Progress = quiet
+) -> list[BenchReport]:
+    """Run the benchmark on each dataset in a fresh embedded stack; write the reports.
+
+    ``progress`` is told how ingesting, indexing and each system's questions go.
+    """
     cache_engine = create_engine(f"sqlite+aiosqlite:///{options.cache.resolve()}")
     options.cache.parent.mkdir(parents=True, exist_ok=True)
     store = SqlEmbeddingStore(cache_engine)
@@ -440,26 +462,29 @@ async def run_retrieval_bench(base: Settings, options: BenchOptions) -> list[Ben
     reports = []
     try:
         for name in options.datasets:
-            reports.append(await _one(base, options, store, name))
+            reports.append(await _one(base, options, store, name, progress))
     finally:
         await cache_engine.dispose()
     return reports
 
 
 async def _one(
-    base: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str
+    base: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str, progress: Progress
 ) -> BenchReport:
     async with embedded_nats("memoryd-bench-") as (data_dir, url):
         settings = bench_settings(base, data_dir, url, name, options.candidates)
-        report = await _bench_on_stack(settings, options, store, name)
+        report = await _bench_on_stack(settings, options, store, name, progress)
     stem = report_stem(name, options)
     write_report(report, options.out / f"{stem}.json", options.out / f"{stem}.md")
-    print(render_markdown(report))
     return report
 
 
 async def _bench_on_stack(
-    settings: Settings, options: BenchOptions, store: SqlEmbeddingStore, name: str
+    settings: Settings,
+    options: BenchOptions,
+    store: SqlEmbeddingStore,
+    name: str,
+    progress: Progress,
 ) -> BenchReport:
     """Start the bench stack (embeddings through the cache) and bench one dataset on it."""
     model = CachedEmbedder(build_model(settings), store, batch_size=512)
@@ -473,6 +498,7 @@ async def _bench_on_stack(
             options,
             fused_weights=weights_note(settings),
             candidates=settings.stream_candidates,
+            progress=progress,
         )
     finally:
         await client.close()

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.graph.extraction import GraphSource, decide, item_of
 from memoryd.services.runtime.decisions import DecisionLog
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm
@@ -34,6 +35,7 @@ from memoryd.shared.contracts.events import (
     MemoryRemembered,
     SessionEnded,
     TurnRecorded,
+    UserErased,
 )
 from memoryd.shared.contracts.retrieval import GraphExtracted, MemoryExpired
 from memoryd.shared.domain.graph import (
@@ -86,6 +88,7 @@ class GraphProjection:
             MemoryForgotten,
             MemoryExpired,
             SessionEnded,
+            UserErased,
         }
     )
     tables = (graph_nodes, graph_edges, graph_mentions, graph_items)
@@ -95,6 +98,14 @@ class GraphProjection:
         self._decisions = decisions
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases (nodes, edges, mentions, items), then fold."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Apply the batch in order; live, extract and fold each new item's graph at once.

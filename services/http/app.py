@@ -12,18 +12,23 @@ it binds never otherwise (403). The one ``MemoryClient`` is connected in the lif
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import hashlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from importlib import resources
 from importlib.metadata import version
 from typing import Annotated, Any, Literal, cast
 
 import structlog
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import HTMLResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from starlette.types import Receive
@@ -33,6 +38,7 @@ from memoryd.services.runtime.tokens import Grant, ScopeOverride, load_tokens, t
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.client.notifications import Start
 from memoryd.shared.client.tools import RecordTurnArguments, RememberArguments
+from memoryd.shared.contracts.browse import MAX_BROWSED, UserMemory
 from memoryd.shared.contracts.events import Category, MemoryKey
 from memoryd.shared.contracts.http import (
     ErrorBody,
@@ -216,6 +222,39 @@ async def key_history(key: MemoryKey, scope: RequestScope, client: Client) -> Me
     return MemoryHistory(memory_id=memory_id_for_key(scope, key), versions=versions)
 
 
+@router.get("/browse", tags=["browser"])
+async def browse(
+    scope: RequestScope,
+    client: Client,
+    limit: Annotated[int, Query(ge=1, le=MAX_BROWSED)] = 100,
+) -> UserMemory:
+    """Return everything memoryd holds of the user, tier by tier (what the browser shows).
+
+    Short-term pages, mid-term segments with their heat, the persona, explicit memories and
+    the knowledge graph (relations with ``valid_at`` and ``invalid_at``); ``limit`` bounds
+    each list.
+    """
+    return await client.browse(scope, limit=limit)
+
+
+# --- the memory browser: one static page over /v1/browse and /v1/recall ----------------------
+@functools.cache
+def browser_page() -> tuple[str, str]:
+    """Return the memory browser's HTML and the Content-Security-Policy that serves it.
+
+    The policy runs only the page's own script (by its hash), talks only to this server, and
+    forbids framing: what the page shows of memories can never run as code.
+    """
+    page = resources.files("memoryd.services.http").joinpath("browser.html").read_text()
+    (script,) = re.findall(r"<script>(.*?)</script>", page, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    policy = (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return page, policy
+
+
 # --- notifications as server-sent events -----------------------------------------------------
 def event_frame(sequence: int | None, note: MemoryUpdated) -> str:
     """Return one notification as a server-sent event; its id resumes the stream after it."""
@@ -335,6 +374,12 @@ def create_app(settings: Settings, grants: Mapping[str, Grant]) -> FastAPI:
     app.state.grants = grants
     install_error_handlers(app)
     app.include_router(router)
+
+    @app.get("/browser", response_class=HTMLResponse, tags=["browser"])
+    async def browser() -> HTMLResponse:
+        """Serve the memory browser (no token needed to load it; paste one to browse)."""
+        page, policy = browser_page()
+        return HTMLResponse(page, headers={"Content-Security-Policy": policy})
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -19,7 +19,7 @@ from nats.errors import NoRespondersError
 from starlette.exceptions import HTTPException
 
 from memoryd.shared.adapters.nats_log import PublishFailed
-from memoryd.shared.client import ListMemoriesFailed, RecallFailed
+from memoryd.shared.client import BrowseFailed, ListMemoriesFailed, RecallFailed
 from memoryd.shared.contracts.errors import describe_errors
 from memoryd.shared.contracts.http import ErrorBody, HttpErrorCode
 
@@ -43,6 +43,7 @@ LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 SERVICE_FAILURES: tuple[type[Exception], ...] = (
     RecallFailed,
     ListMemoriesFailed,
+    BrowseFailed,
     PublishFailed,
     NoRespondersError,
     TimeoutError,
@@ -67,7 +68,7 @@ class ApiError(Exception):
 
 def service_error(failure: Exception) -> ApiError:
     """Return the API error a failure of memoryd's services is answered with."""
-    if isinstance(failure, RecallFailed | ListMemoriesFailed):
+    if isinstance(failure, RecallFailed | ListMemoriesFailed | BrowseFailed):
         return ApiError(failure.error.code, failure.error.message)
     if isinstance(failure, NoRespondersError):
         return ApiError("unavailable", "no recall service answers: is memoryd's recall running?")

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Sequence
 
 import structlog
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.indexer.items import (
@@ -26,12 +25,11 @@ from memoryd.services.indexer.items import (
     conversation_key,
     plan,
 )
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
-from memoryd.shared.adapters.index import DenseVector, IndexPoint, SearchIndex
-from memoryd.shared.adapters.sql.tables import index_last_turns, memory_expirations
-from memoryd.shared.adapters.sql.upsert import upsert
+from memoryd.shared.adapters.index import DenseVector, IndexPoint, ScopeFilter, SearchIndex
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
     Event,
@@ -39,8 +37,11 @@ from memoryd.shared.contracts.events import (
     MemoryRemembered,
     SessionEnded,
     TurnRecorded,
+    UserErased,
 )
 from memoryd.shared.contracts.retrieval import MemoryExpired
+from memoryd.shared.contracts.scope import Scope
+from memoryd.shared.stores import indexer as store
 
 log = structlog.get_logger(__name__)
 
@@ -56,48 +57,9 @@ def runs(operations: Sequence[Operation]) -> list[list[Operation]]:
     return grouped
 
 
-async def _record_expiries(session: AsyncSession, batch: Sequence[Positioned]) -> None:
-    rows = [
-        {
-            "memory_id": item.event.memory_id,
-            "source_event_id": item.event.source_event_id,
-            "tenant": item.event.scope.tenant,
-            "expired_at": item.event.occurred_at,
-        }
-        for item in batch
-        if isinstance(item.event, MemoryExpired)
-    ]
-    await upsert(session, memory_expirations, rows, ["memory_id", "source_event_id"])
-
-
-async def _last_turns(session: AsyncSession, events: Sequence[object]) -> dict[uuid.UUID, str]:
-    """Load the last indexed turn of each conversation the batch continues."""
-    wanted = {conversation_key(e.scope) for e in events if isinstance(e, TurnRecorded)}
-    if not wanted:
-        return {}
-    found = await session.execute(
-        select(index_last_turns.c.conversation_id, index_last_turns.c.text).where(
-            index_last_turns.c.conversation_id.in_(list(wanted))
-        )
-    )
-    return {row.conversation_id: row.text for row in found}
-
-
-async def _store_last_turns(
-    session: AsyncSession,
-    events: Sequence[object],
-    before: dict[uuid.UUID, str],
-    after: dict[uuid.UUID, str],
-) -> None:
-    tenants = {
-        conversation_key(e.scope): e.scope.tenant for e in events if isinstance(e, TurnRecorded)
-    }
-    rows = [
-        {"conversation_id": key, "tenant": tenants[key], "text": text}
-        for key, text in after.items()
-        if before.get(key) != text
-    ]
-    await upsert(session, index_last_turns, rows, ["conversation_id"])
+def _owners(events: Sequence[AnyEvent]) -> dict[uuid.UUID, Scope]:
+    """Return the conversations the batch's turns continue, with each one's scope."""
+    return {conversation_key(e.scope): e.scope for e in events if isinstance(e, TurnRecorded)}
 
 
 class IndexerProjection:
@@ -105,9 +67,9 @@ class IndexerProjection:
 
     consumer = subjects.INDEXER_CONSUMER
     folds: frozenset[type[Event]] = frozenset(
-        {TurnRecorded, MemoryRemembered, MemoryForgotten, MemoryExpired, SessionEnded}
+        {TurnRecorded, MemoryRemembered, MemoryForgotten, MemoryExpired, SessionEnded, UserErased}
     )
-    tables = (memory_expirations, index_last_turns)
+    tables = store.TABLES
 
     def __init__(
         self, index: SearchIndex, embedder: Embedder, keys: KeyOptions | None = None
@@ -126,9 +88,23 @@ class IndexerProjection:
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
+        """Erase the users the batch erases, then fold the rest of it (``_fold_batch``)."""
+        return await fold_with_erasures(session, batch, live, self._fold_batch, self._erase)
+
+    async def _erase(self, session: AsyncSession, event: UserErased) -> None:
+        """Delete the user's index points (every key of every item), then their rows."""
+        await self._index.delete_where(
+            ScopeFilter(tenant=event.scope.tenant, user_id=event.scope.user_id)
+        )
+        await erase_rows(self.tables)(session, event)
+
+    async def _fold_batch(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
         """Apply the batch's index operations in log order, then its bookkeeping rows."""
         events = [item.event for item in batch]
-        before = await _last_turns(session, events)
+        owners = _owners(events)
+        before = await store.last_turns(session, list(owners))
         operations, after = plan(events, before, self._keys)
         upserts = [op for op in operations if isinstance(op, Upsert)]
         # ``warm`` embedded all but the windows joining an earlier batch's turn before the
@@ -136,8 +112,8 @@ class IndexerProjection:
         dense = await self._embed(upserts)
         for run in runs(operations):
             await self._write(run, dense)
-        await _record_expiries(session, batch)
-        await _store_last_turns(session, events, before, after)
+        await store.record_expiries(session, [e for e in events if isinstance(e, MemoryExpired)])
+        await store.store_last_turns(session, owners, before, after)
         if upserts:
             log.debug("indexed", points=len(upserts), live=live)
         return Effects()

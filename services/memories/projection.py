@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
@@ -17,6 +18,7 @@ from memoryd.shared.contracts.events import (
     MemoryForgotten,
     MemoryRemembered,
     SessionEnded,
+    UserErased,
 )
 from memoryd.shared.contracts.notifications import MemoryUpdated
 from memoryd.shared.domain.memories import memory_identity
@@ -29,7 +31,9 @@ class MemoriesProjection:
     """Fold remember / forget / session-ended events into the memories table."""
 
     consumer = subjects.MEMORIES_CONSUMER
-    folds: frozenset[type[Event]] = frozenset({MemoryRemembered, MemoryForgotten, SessionEnded})
+    folds: frozenset[type[Event]] = frozenset(
+        {MemoryRemembered, MemoryForgotten, SessionEnded, UserErased}
+    )
     tables = store.TABLES
 
     def __init__(self, daily_ttl_days: int) -> None:
@@ -40,6 +44,14 @@ class MemoriesProjection:
         }
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases, then fold its memory events (``_fold_batch``)."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Apply the memory events in order: each run of remembers in one read and one write."""

@@ -23,13 +23,14 @@ from memoryd.services.mtm.state import (
     fold_visited,
 )
 from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
 from memoryd.shared.contracts.catalog import AnyEvent
-from memoryd.shared.contracts.events import Event, PageEvicted, derived_id
+from memoryd.shared.contracts.events import Event, PageEvicted, UserErased, derived_id
 from memoryd.shared.contracts.memoryos import (
     PageFiled,
     SegmentEvicted,
@@ -97,6 +98,7 @@ class MtmProjection:
             SegmentPromoted,
             SegmentEvicted,
             SegmentsVisited,
+            UserErased,
         }
     )
     tables = mtm_store.TABLES
@@ -115,6 +117,14 @@ class MtmProjection:
         self._params = params
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases, then fold the rest of it (``_fold_batch``)."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Decide on evictions and visits (live) or fold the recorded decisions (replay)."""

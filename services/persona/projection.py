@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
 from memoryd.shared.adapters.llm import PersonaExtraction as Extraction
-from memoryd.shared.contracts.events import Event, derived_id
+from memoryd.shared.contracts.events import Event, UserErased, derived_id
 from memoryd.shared.contracts.memoryos import LearnedFact, PersonaExtracted, SegmentPromoted
 from memoryd.shared.domain import lpm
 from memoryd.shared.domain.memoryos import MemoryOsParams, decode_vector, encode_vector
@@ -104,7 +105,7 @@ class PersonaProjection:
     """Fold promoted segments into each user's long-term persona (MemoryOS LPM)."""
 
     consumer = subjects.PERSONA_CONSUMER
-    folds: frozenset[type[Event]] = frozenset({SegmentPromoted, PersonaExtracted})
+    folds: frozenset[type[Event]] = frozenset({SegmentPromoted, PersonaExtracted, UserErased})
     tables = store.TABLES
 
     def __init__(
@@ -121,6 +122,14 @@ class PersonaProjection:
         self._params = params
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases, then fold the rest of it (``_fold_batch``)."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Extract on promotions (live) or fold the recorded extractions (replay)."""

@@ -51,6 +51,7 @@ class ReadCache:
         """Hold at most ``max_entries`` values, dropping the least recently used."""
         self._max_entries = max_entries
         self._entries: OrderedDict[tuple[str, Hashable], tuple[int, Any]] = OrderedDict()
+        self._versions: dict[str, int] = {}  # each consumer's newest version seen
 
     def __len__(self) -> int:
         """Return how many values are held."""
@@ -98,6 +99,23 @@ class ReadCache:
             fresh = await load(session)
         self.keep(consumer, key, position, fresh)
         return fresh
+
+    def settle(self, at: Versions) -> int:
+        """Drop the values read before a consumer's version ``at`` names; return how many.
+
+        Requests read versions that only grow, so no request asks for those values again.
+        Dropping them now, rather than when the least recently used go, keeps what a
+        projection has deleted (a forgotten memory, an erased user) out of this process's
+        memory once the deletion is recall's newest version.
+        """
+        moved = {c: v for c, v in at.items() if v > self._versions.get(c, 0)}
+        if not moved:
+            return 0
+        self._versions.update(moved)
+        stale = [slot for slot, held in self._entries.items() if held[0] < moved.get(slot[0], 0)]
+        for slot in stale:
+            del self._entries[slot]
+        return len(stale)
 
     def lookup(self, consumer: str, key: Hashable, position: int) -> tuple[bool, Any]:
         """Return (True, value) if a value read at ``position`` is held, else (False, None).

@@ -148,6 +148,7 @@ class RecallService:
         cached at those versions is used without asking SQL again.
         """
         at = await read_versions(self.sessions)
+        self.cache.settle(at)
         reply = await self._hybrid(request, now, at)
         reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)
         if visited is not None:

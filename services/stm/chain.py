@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.runtime.decisions import DecisionLog, ask
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.services.stm.projection import conversation_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
-from memoryd.shared.contracts.events import Event, TurnRecorded, derived_id
+from memoryd.shared.contracts.events import Event, TurnRecorded, UserErased, derived_id
 from memoryd.shared.contracts.memoryos import PageChained
 from memoryd.shared.domain.stm import ConversationKey
 from memoryd.shared.stores import chain as store
@@ -128,7 +129,7 @@ class ChainProjection:
     """Keep the continuity verdict and chain summary of each conversation's recent pages."""
 
     consumer = subjects.CHAIN_CONSUMER
-    folds: frozenset[type[Event]] = frozenset({TurnRecorded, PageChained})
+    folds: frozenset[type[Event]] = frozenset({TurnRecorded, PageChained, UserErased})
     tables = store.TABLES
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:
@@ -138,6 +139,14 @@ class ChainProjection:
         self._capacity = capacity
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases, then fold the rest of it (``_fold_batch``)."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Fold turns; decide continuity and summary (live) or fold the decisions (replay)."""

@@ -7,10 +7,17 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
-from memoryd.shared.contracts.events import Event, PageEvicted, TurnRecorded, derived_id
+from memoryd.shared.contracts.events import (
+    Event,
+    PageEvicted,
+    TurnRecorded,
+    UserErased,
+    derived_id,
+)
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.stm import ConversationKey, Page, append_page
 from memoryd.shared.stores import stm as store
@@ -89,13 +96,21 @@ class StmProjection:
     """Fold turns into per-conversation FIFOs of ``capacity`` pages."""
 
     consumer = subjects.STM_CONSUMER
-    folds: frozenset[type[Event]] = frozenset({TurnRecorded})
+    folds: frozenset[type[Event]] = frozenset({TurnRecorded, UserErased})
     tables = store.TABLES
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
 
     async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Erase the users the batch erases, then fold its turns (``_fold_batch``)."""
+        return await fold_with_erasures(
+            session, batch, live, self._fold_batch, erase_rows(self.tables)
+        )
+
+    async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Append each turn's page, evict overflow, and write the difference in bulk."""

@@ -63,7 +63,7 @@ async def read_dead_letters(
 ) -> list[DeadLetter]:
     """Return up to ``limit`` (None: all) of the newest dead letters, oldest first."""
     info = await js.stream_info(stream)
-    first = info.state.first_seq
+    first = max(info.state.first_seq, 1)  # an empty stream says 0: there is no message 0
     if limit is not None:
         first = max(first, info.state.last_seq - limit + 1)
     letters = []

@@ -2,6 +2,7 @@
 
 from memoryd.shared.adapters.nats_log import NatsUnavailable, PublishFailed
 from memoryd.shared.client.client import (
+    BrowseFailed,
     ListMemoriesFailed,
     MemoryClient,
     RecallFailed,
@@ -9,6 +10,7 @@ from memoryd.shared.client.client import (
 )
 
 __all__ = [
+    "BrowseFailed",
     "ListMemoriesFailed",
     "MemoryClient",
     "NatsUnavailable",

@@ -13,7 +13,7 @@ from typing import Any
 from nats.aio.client import Client as NatsClient
 from nats.js import api
 from nats.js.errors import NotFoundError
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import (
@@ -33,7 +33,8 @@ from memoryd.shared.client.notifications import (
     check_durable,
     consumer_config,
 )
-from memoryd.shared.contracts.catalog import decode_event
+from memoryd.shared.contracts.browse import BrowseError, BrowseReply, BrowseRequest, UserMemory
+from memoryd.shared.contracts.catalog import decode_valid
 from memoryd.shared.contracts.events import (
     Category,
     Event,
@@ -67,6 +68,7 @@ from memoryd.shared.settings import Settings
 
 _reply_adapter: TypeAdapter[RecallReply] = TypeAdapter(RecallReply)
 _list_adapter: TypeAdapter[ListMemoriesReply] = TypeAdapter(ListMemoriesReply)
+_browse_adapter: TypeAdapter[BrowseReply] = TypeAdapter(BrowseReply)
 
 
 class RecallFailed(Exception):
@@ -85,6 +87,14 @@ class ListMemoriesFailed(Exception):
     """The service refused or could not answer a list request."""
 
     def __init__(self, error: ListMemoriesError) -> None:
+        super().__init__(f"{error.code}: {error.message}")
+        self.error = error
+
+
+class BrowseFailed(Exception):
+    """The service refused or could not answer a browse request."""
+
+    def __init__(self, error: BrowseError) -> None:
         super().__init__(f"{error.code}: {error.message}")
         self.error = error
 
@@ -332,15 +342,31 @@ class MemoryClient:
             limit=limit,
             offset=offset,
         )
-        reply = await self._nc.request(
-            subjects.list_memories_subject(scope.tenant),
-            request.model_dump_json().encode(),
-            timeout=timeout,
-        )
-        answer = _list_adapter.validate_json(reply.data)
+        subject = subjects.list_memories_subject(scope.tenant)
+        answer = _list_adapter.validate_json(await self._ask(subject, request, timeout))
         if isinstance(answer, ListMemoriesError):
             raise ListMemoriesFailed(answer)
         return answer
+
+    async def browse(self, scope: Scope, *, limit: int = 100, timeout: float = 5.0) -> UserMemory:
+        """Return everything memoryd holds of ``scope``'s user (every agent), tier by tier.
+
+        STM pages, MTM segments with their heat and pages, the persona, explicit memories and
+        the knowledge graph (relations with their validity); ``limit`` bounds each list.
+        Asked of the query service on the tenant's own subject; raises ``BrowseFailed`` when
+        the service refuses the request.
+        """
+        request = BrowseRequest(scope=scope, limit=limit)
+        subject = subjects.browse_subject(scope.tenant)
+        answer = _browse_adapter.validate_json(await self._ask(subject, request, timeout))
+        if isinstance(answer, BrowseError):
+            raise BrowseFailed(answer)
+        return answer
+
+    async def _ask(self, subject: str, request: BaseModel, timeout: float) -> bytes:
+        """Send a request-reply of the query service; return the reply's bytes."""
+        reply = await self._nc.request(subject, request.model_dump_json().encode(), timeout=timeout)
+        return reply.data
 
     async def memory_history(
         self,
@@ -489,12 +515,5 @@ class MemoryClient:
 
 def _decoded(messages: Iterable[bytes], scope: Scope) -> list[Event]:
     """Decode the user's events; skip what the workers dead-letter (invalid or misfiled)."""
-    events: list[Event] = []
-    for data in messages:
-        try:
-            event = decode_event(data)
-        except ValidationError:
-            continue
-        if (event.scope.tenant, event.scope.user_id) == (scope.tenant, scope.user_id):
-            events.append(event)
-    return events
+    owner = (scope.tenant, scope.user_id)
+    return [e for e in decode_valid(messages) if (e.scope.tenant, e.scope.user_id) == owner]

@@ -15,6 +15,7 @@ from memoryd.shared.contracts.events import (
     PageEvicted,
     SessionEnded,
     TurnRecorded,
+    UserErased,
     derived_id,
 )
 from memoryd.shared.contracts.memories import (
@@ -58,6 +59,7 @@ __all__ = [
     "SessionEnded",
     "StoredMemory",
     "TurnRecorded",
+    "UserErased",
     "decode_event",
     "derived_id",
     "encode_event",

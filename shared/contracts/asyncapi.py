@@ -2,8 +2,8 @@
 
 Channels are the subjects (their tokens as parameters), messages the pydantic contracts (their
 JSON Schemas under ``components.schemas``), with the ``Nats-Msg-Id`` header an event carries.
-Operations say who sends what: an app publishes events and requests recall and list-memories
-(the reply comes to its inbox), and receives notifications. ``memoryd schemas`` writes it to
+Operations say who sends what: an app publishes events and requests recall, list-memories and
+browse (the reply comes to its inbox), and receives notifications. ``memoryd schemas`` writes it to
 ``schemas/asyncapi.json``; a test fails when the file drifts from the contracts.
 """
 
@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from memoryd.shared import subjects
+from memoryd.shared.contracts.browse import BrowseError, BrowseRequest, UserMemory
 from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.events import type_name
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
@@ -103,10 +104,14 @@ def asyncapi_document() -> dict[str, Any]:
         ),
         "MemoryList": _message(MemoryList, "MemoryList", "the page"),
         "ListMemoriesError": _message(ListMemoriesError, "ListMemoriesError", "why not"),
+        "BrowseRequest": _message(BrowseRequest, "BrowseRequest", "everything held of a user"),
+        "UserMemory": _message(UserMemory, "UserMemory", "the user's memory, tier by tier"),
+        "BrowseError": _message(BrowseError, "BrowseError", "why not"),
     }
     models: list[type[BaseModel]] = [*EVENT_TYPES, *NOTIFICATION_TYPES]
     models += [RecallRequest, RecallResponse, RecallError]
     models += [ListMemoriesRequest, MemoryList, ListMemoriesError]
+    models += [BrowseRequest, UserMemory, BrowseError]
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=REF)
     event_tokens = [subjects.type_token(type_name(m)) for m in EVENT_TYPES]
     kinds = [m.kind_name().replace(".", "_") for m in NOTIFICATION_TYPES]
@@ -156,6 +161,17 @@ def asyncapi_document() -> dict[str, Any]:
             "title": "The list reply, sent to the request's reply inbox",
             "messages": _refs(["MemoryList", "ListMemoriesError"]),
         },
+        "browse": {
+            "address": f"{subjects.RPC_PREFIX}.{{tenant}}.{subjects.BROWSE_SUFFIX}",
+            "title": "Everything held of one user, tier by tier (request-reply, read-only)",
+            "parameters": _parameters("tenant"),
+            "messages": _refs(["BrowseRequest"]),
+        },
+        "browseReply": {
+            "address": None,
+            "title": "The browse reply, sent to the request's reply inbox",
+            "messages": _refs(["UserMemory", "BrowseError"]),
+        },
     }
     reply_inbox = {"location": "$message.header#/reply", "description": "the request's inbox"}
     operations = {
@@ -185,6 +201,12 @@ def asyncapi_document() -> dict[str, Any]:
             "channel": {"$ref": "#/channels/listMemories"},
             "summary": "read a page of a scope's explicit memories",
             "reply": {"channel": {"$ref": "#/channels/listMemoriesReply"}, "address": reply_inbox},
+        },
+        "browse": {
+            "action": "send",
+            "channel": {"$ref": "#/channels/browse"},
+            "summary": "read what memoryd holds of one user (the memory browser's view)",
+            "reply": {"channel": {"$ref": "#/channels/browseReply"}, "address": reply_inbox},
         },
     }
     return {

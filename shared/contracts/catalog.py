@@ -6,9 +6,10 @@ to ``AnyEvent`` and ``EVENT_TYPES`` below, and run ``memoryd schemas``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, ValidationError
 
 from memoryd.shared.contracts.events import (
     WIRE,
@@ -18,6 +19,7 @@ from memoryd.shared.contracts.events import (
     PageEvicted,
     SessionEnded,
     TurnRecorded,
+    UserErased,
     type_name,
 )
 
@@ -60,6 +62,7 @@ AnyEvent = Annotated[
     | MemoryRemembered
     | MemoryForgotten
     | SessionEnded
+    | UserErased
     | PageEvicted
     | MemoryOsEvent
     | RetrievalEvent,
@@ -71,6 +74,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     MemoryRemembered,
     MemoryForgotten,
     SessionEnded,
+    UserErased,
     PageEvicted,
     *MEMORYOS_EVENTS,
     *RETRIEVAL_EVENTS,
@@ -86,6 +90,18 @@ def decode_event(data: bytes) -> AnyEvent:
     to its default, a log message may not), so every projection knows the event by one id.
     """
     return event_adapter.validate_json(data, context={WIRE: True})
+
+
+def decode_valid(messages: Iterable[bytes]) -> list[AnyEvent]:
+    """Decode the messages that are valid events, in order; leave out what the workers
+    dead-letter (it never reached a read model)."""
+    events: list[AnyEvent] = []
+    for data in messages:
+        try:
+            events.append(decode_event(data))
+        except ValidationError:
+            continue
+    return events
 
 
 def encode_event(event: Event) -> bytes:

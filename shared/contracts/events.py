@@ -184,6 +184,18 @@ class SessionEnded(Event):
         return self
 
 
+class UserErased(Event):
+    """A user's memory was erased (the right to be forgotten): the audit record, no content.
+
+    It names the tenant and the user (the scope's other fields mean nothing here). Every
+    projection folds it by deleting the user's rows, index points and graph; ``memoryd erase``
+    publishes it and then purges the user's earlier events from the log, so it is the one
+    event of the user's past that stays.
+    """
+
+    type: Literal["user.erased.v1"] = "user.erased.v1"
+
+
 class PageEvicted(Event):
     """The oldest short-term page left the FIFO (derived by the STM worker)."""
 

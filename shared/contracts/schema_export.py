@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from memoryd.shared import subjects
 from memoryd.shared.contracts.asyncapi import asyncapi_document
+from memoryd.shared.contracts.browse import BrowseError, BrowseRequest, UserMemory
 from memoryd.shared.contracts.catalog import EVENT_TYPES
 from memoryd.shared.contracts.events import type_name
 from memoryd.shared.contracts.memories import ListMemoriesError, ListMemoriesRequest, MemoryList
@@ -24,6 +25,9 @@ CONTRACTS: tuple[type[BaseModel], ...] = (
     ListMemoriesRequest,
     MemoryList,
     ListMemoriesError,
+    BrowseRequest,
+    UserMemory,
+    BrowseError,
     MemoryUpdated,
     *NOTIFICATION_TYPES,
 )

@@ -161,6 +161,35 @@ async def _best_hits(
     return hits[:limit]
 
 
+async def user_graph(
+    session: AsyncSession, tenant: str, user_id: str, limit: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Return a user's entities with their mention counts, most mentioned first, and their
+    relations (ended ones too), newest first: at most ``limit`` of each (the memory browser)."""
+    owner = ScopeFilter(tenant=tenant, user_id=user_id)
+    mentions = (
+        select(graph_mentions.c.name_key, func.count().label("mentions"))
+        .where(_owner(graph_mentions, owner))
+        .group_by(graph_mentions.c.name_key)
+        .subquery()
+    )
+    count = func.coalesce(mentions.c.mentions, 0)
+    nodes = await session.execute(
+        select(graph_nodes, count.label("mentions"))
+        .outerjoin(mentions, mentions.c.name_key == graph_nodes.c.name_key)
+        .where(_owner(graph_nodes, owner))
+        .order_by(count.desc(), graph_nodes.c.name_key)
+        .limit(limit)
+    )
+    edges = await session.execute(
+        select(graph_edges)
+        .where(_owner(graph_edges, owner))
+        .order_by(graph_edges.c.valid_at.desc(), graph_edges.c.edge_id)
+        .limit(limit)
+    )
+    return [dict(row._mapping) for row in nodes], [dict(row._mapping) for row in edges]
+
+
 # --- writes (the graph projection's) ------------------------------------------------------
 
 _CHUNK = 400  # keys per IN (...) clause: at most 4 columns each, far below SQLite's limit

@@ -200,3 +200,19 @@ async def test_a_daily_memory_held_by_recall_leaves_it_when_its_lifetime_ends(
 
     assert ["Anna is in Rome today", "Anna likes tea"] == same_day
     assert ["Anna likes tea"] == two_days_on
+
+
+def test_values_read_before_a_newer_version_leave_memory_once_it_is_seen() -> None:
+    """Settling on newer versions drops what was read before them; the rest stays held."""
+    cache = ReadCache()
+    cache.keep("memoryd-stm", "erased-user", 3, "their pages")
+    cache.keep("memoryd-stm", "anna", 5, "anna's pages")
+    cache.keep("memoryd-graph", "erased-user", 2, "their graph")
+
+    dropped = cache.settle({"memoryd-stm": 5, "memoryd-graph": 2})
+
+    assert 1 == dropped
+    assert (False, None) == cache.lookup("memoryd-stm", "erased-user", 3)
+    assert (True, "anna's pages") == cache.lookup("memoryd-stm", "anna", 5)
+    assert (True, "their graph") == cache.lookup("memoryd-graph", "erased-user", 2)
+    assert 0 == cache.settle({"memoryd-stm": 5, "memoryd-graph": 2})

@@ -72,6 +72,16 @@ async def _parked_turn(js: JetStreamContext, settings: Settings) -> tuple[int, b
     return sequence, data, subject
 
 
+async def test_an_empty_dead_letter_stream_reads_as_none(
+    log: tuple[JetStreamContext, Settings],
+) -> None:
+    """Nothing parked yet: no dead letter, and no error (an empty stream has no message 0)."""
+    js, settings = log
+
+    assert [] == await read_dead_letters(js, settings.dead_letter_stream, None)
+    assert [] == await read_dead_letters(js, settings.dead_letter_stream, 10)
+
+
 async def test_letters_group_by_original_message(
     log: tuple[JetStreamContext, Settings],
 ) -> None:

@@ -52,9 +52,11 @@ IMPORT_EVERY_MODULE = textwrap.dedent(
     for info in pkgutil.walk_packages(memoryd.__path__, "memoryd.", onerror=stop):
         files[info.name] = importlib.import_module(info.name).__file__
     traits = importlib.resources.files("memoryd.shared.domain") / "traits.toml"
+    browser = importlib.resources.files("memoryd.services.http") / "browser.html"
     print(json.dumps({
         "files": files,
         "traits_toml": traits.is_file(),
+        "browser_html": browser.is_file(),
         "editable_finders": [
             name for name in sys.modules if name.startswith("__editable__")
         ] + [repr(finder) for finder in sys.meta_path if "editable" in repr(finder).lower()],
@@ -130,6 +132,7 @@ def test_wheel_installs_and_imports_every_module(
     }
     assert {} == outside
     assert found["traits_toml"]
+    assert found["browser_html"]  # the memory browser's page is package data
 
 
 def test_console_script_starts_from_the_wheel(

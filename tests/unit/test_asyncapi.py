@@ -28,12 +28,13 @@ def test_the_channel_addresses_are_the_subjects_the_code_uses() -> None:
     assert subjects.list_memories_subject("acme") == fill(
         channels["listMemories"]["address"], tenant="acme"
     )
+    assert subjects.browse_subject("acme") == fill(channels["browse"]["address"], tenant="acme")
 
 
 def test_every_event_and_notification_has_a_message_with_a_resolvable_schema() -> None:
     document = asyncapi_document()
     messages, schemas = document["components"]["messages"], document["components"]["schemas"]
-    assert len(messages) == len(EVENT_TYPES) + len(NOTIFICATION_TYPES) + 6
+    assert len(messages) == len(EVENT_TYPES) + len(NOTIFICATION_TYPES) + 9
     for name, message in messages.items():
         assert message["payload"]["$ref"].split("/")[-1] in schemas, name
     for model in EVENT_TYPES:

@@ -23,6 +23,7 @@ from memoryd.services.http.app import (
 from memoryd.services.http.errors import ApiError
 from memoryd.services.runtime.tokens import Grant, token_digest
 from memoryd.shared.contracts import Scope
+from memoryd.shared.contracts.browse import UserMemory
 from memoryd.shared.contracts.memories import MemoryList
 from memoryd.shared.contracts.notifications import parse_notification
 from memoryd.shared.settings import Settings
@@ -45,6 +46,16 @@ class RecordingClient:
     async def list_memories(self, scope: Scope, **_options: Any) -> MemoryList:
         self.scopes.append(scope)
         return MemoryList(memories=[], total=0)
+
+    async def browse(self, scope: Scope, **_options: Any) -> UserMemory:
+        self.scopes.append(scope)
+        lists = ("pages", "segments", "profile", "traits", "knowledge", "agent_traits")
+        lists += ("memories", "entities", "relations")
+        nothing: dict[str, Any] = {name: [] for name in lists}
+        now = datetime.now(UTC)
+        return UserMemory(
+            tenant=scope.tenant, user_id=scope.user_id, read_at=now, memory_count=0, **nothing
+        )
 
 
 @pytest.fixture
@@ -105,6 +116,8 @@ async def test_a_tenant_wide_token_names_the_user_per_request(
         "/v1/memories?search_scope=global",
         "/v1/notifications?user_id=bob",
         "/v1/notifications?tenant=globex",
+        "/v1/browse?user_id=bob",
+        "/v1/browse?tenant=globex",
     ],
 )
 async def test_a_user_token_cannot_widen_its_scope(
@@ -115,6 +128,35 @@ async def test_a_user_token_cannot_widen_its_scope(
 
     assert (403, "forbidden") == (answer.status_code, answer.json()["code"])
     assert [] == recording.scopes
+
+
+async def test_the_browser_view_is_the_tokens_user_or_the_one_a_tenant_token_names(
+    http: httpx.AsyncClient, recording: RecordingClient
+) -> None:
+    """/v1/browse reads the token's user; a tenant-wide token names one; a bad limit is 422."""
+    own = await http.get("/v1/browse", headers=bearer(ALICE_TOKEN))
+    named = await http.get("/v1/browse?user_id=bob", headers=bearer(APP_TOKEN))
+    too_many = await http.get("/v1/browse?limit=0", headers=bearer(ALICE_TOKEN))
+
+    assert (200, "alice") == (own.status_code, own.json()["user_id"])
+    assert (200, "bob") == (named.status_code, named.json()["user_id"])
+    assert (422, "invalid_request") == (too_many.status_code, too_many.json()["code"])
+    assert too_many.json()["message"].startswith("limit: Input should be greater than")
+    assert ["alice", "bob"] == [scope.user_id for scope in recording.scopes]
+
+
+async def test_the_browser_page_loads_without_a_token_and_runs_only_its_own_script(
+    http: httpx.AsyncClient,
+) -> None:
+    """The page is served to anyone (it holds no data); its policy allows only its script."""
+    page = await http.get("/browser")
+
+    policy = page.headers["content-security-policy"]
+    assert 200 == page.status_code and "text/html" in page.headers["content-type"]
+    assert "memory browser" in page.text and 'fetch(path + "?"' in page.text
+    assert "script-src 'sha256-" in policy and "unsafe-inline" not in policy.split(";")[1]
+    assert "frame-ancestors 'none'" in policy and "connect-src 'self'" in policy
+    assert "innerHTML" not in page.text  # memories are shown as text, never parsed as HTML
 
 
 async def test_an_unforeseen_failure_is_a_500_error_body_without_its_detail(

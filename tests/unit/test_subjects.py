@@ -24,6 +24,13 @@ def test_list_memories_subjects_put_the_tenant_where_permissions_can_grant_it() 
     assert "memoryd.rpc.*.memories.list" == subjects.ALL_LIST_MEMORIES
 
 
+def test_browse_subjects_put_the_tenant_where_permissions_can_grant_it() -> None:
+    """A tenant's browse requests go to its own rpc subject: one grant covers all its rpcs."""
+    assert "memoryd.rpc.acme.browse" == subjects.browse_subject("acme")
+    assert "memoryd.rpc.*.browse" == subjects.ALL_BROWSE
+    assert "acme" == subjects.rpc_tenant(subjects.browse_subject("acme"))
+
+
 def test_rpc_tenant_reads_the_tenant_token_of_a_per_tenant_subject() -> None:
     """The tenant comes back from a per-tenant subject; other subjects name none."""
     assert "acme" == subjects.rpc_tenant(subjects.list_memories_subject("acme"))

@@ -12,7 +12,7 @@ from typing import Protocol, TypeAlias
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Column, Insert, LargeBinary, MetaData, String, Table, select
+from sqlalchemy import Column, Insert, LargeBinary, MetaData, String, Table, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -187,6 +187,15 @@ class SqlEmbeddingStore:
         async with self._engine.begin() as connection:
             for chunk in chunked(rows, self._chunk_size):
                 await connection.execute(self._insert, list(chunk))
+
+    async def forget(self, content_hashes: Sequence[str]) -> int:
+        """Delete the vectors of these texts under every model; return how many went."""
+        gone = 0
+        async with self._engine.begin() as connection:
+            for chunk in chunked(content_hashes, self._chunk_size):
+                query = delete(self.table).where(self.table.c.content_hash.in_(chunk))
+                gone += (await connection.execute(query)).rowcount or 0
+        return gone
 
 
 def _insert_keeping_existing(table: Table, dialect: str) -> Insert:

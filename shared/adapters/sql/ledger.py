@@ -119,3 +119,16 @@ async def record(session: AsyncSession, consumer: str, new: Mapping[uuid.UUID, F
 async def forget_consumers(session: AsyncSession, consumers: Sequence[str]) -> None:
     """Drop the ledger of these consumers (their read models are being rebuilt)."""
     await session.execute(delete(applied_events).where(applied_events.c.consumer.in_(consumers)))
+
+
+async def forget_events(session: AsyncSession, ids: Iterable[uuid.UUID]) -> int:
+    """Drop every consumer's ledger rows of these event ids (purged from the log); count them."""
+    wanted = list(dict.fromkeys(ids))
+    gone = 0
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        result = await session.execute(
+            delete(applied_events).where(applied_events.c.event_id.in_(chunk))
+        )
+        gone += max(result.rowcount or 0, 0)  # type: ignore[attr-defined]
+    return gone

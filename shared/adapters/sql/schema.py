@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import MetaData, Table, select, text
+from sqlalchemy import MetaData, Table, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memoryd.shared.adapters.sql.tables import READ_MODELS, metadata, tracking
@@ -29,6 +29,27 @@ async def create_schema(engine: AsyncEngine, tables: MetaData = metadata) -> Non
         if conn.dialect.name == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
         await conn.run_sync(tables.create_all)
+
+
+async def missing_columns(engine: AsyncEngine, tables: MetaData = metadata) -> list[str]:
+    """Return ``table.column`` for each column the models define that the database lacks.
+
+    ``create_schema`` creates missing tables but never alters one: a read model made by an
+    older memoryd keeps its old shape until ``memoryd replay`` drops and rebuilds it.
+    """
+
+    def missing(sync: Any) -> list[str]:
+        found = inspect(sync)
+        gaps = []
+        for table in tables.sorted_tables:
+            if not found.has_table(table.name):
+                continue
+            held = {column["name"] for column in found.get_columns(table.name)}
+            gaps += [f"{table.name}.{c.name}" for c in table.columns if c.name not in held]
+        return gaps
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(missing)
 
 
 async def drop_read_models(engine: AsyncEngine) -> None:
@@ -66,4 +87,10 @@ async def read_model_checksums(
     return {table.name: await table_checksum(engine, table) for table in tables}
 
 
-__all__ = ["create_schema", "drop_read_models", "read_model_checksums", "tracking"]
+__all__ = [
+    "create_schema",
+    "drop_read_models",
+    "missing_columns",
+    "read_model_checksums",
+    "tracking",
+]

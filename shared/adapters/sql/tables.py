@@ -1,4 +1,8 @@
-"""The SQL read models. Every table here is a projection of the log, rebuilt by replay."""
+"""The SQL read models. Every table here is a projection of the log, rebuilt by replay.
+
+Every read model names the owner of each row (``tenant`` and ``user_id``): erasing a user
+deletes exactly the rows that name them (tests/unit/test_table_ownership.py).
+"""
 
 from __future__ import annotations
 
@@ -110,6 +114,7 @@ memory_expirations = Table(
     Column("memory_id", Uuid, primary_key=True),
     Column("source_event_id", Uuid, primary_key=True),
     Column("tenant", String(64), nullable=False),
+    Column("user_id", String(64), nullable=False),
     Column("expired_at", DateTime(timezone=True), nullable=False),
 )
 
@@ -182,6 +187,7 @@ index_last_turns = Table(
     metadata,
     Column("conversation_id", Uuid, primary_key=True),
     Column("tenant", String(64), nullable=False),
+    Column("user_id", String(64), nullable=False),
     Column("text", Text, nullable=False),
 )
 
