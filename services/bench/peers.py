@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +85,8 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("load_p95_ms", "load: search p95 (ms)", True),
     ("load_p99_ms", "load: search p99 (ms)", True),
     ("load_requests_per_s", "load: searches/s", True),
+    ("load_seconds", "load: seconds the callers kept asking", False),
+    ("load_failed", "load: searches failed (timed out, refused)", False),
     ("keys_per_turn", "texts embedded per turn (index keys)", False),
     ("model_texts_per_s", "the model alone on those texts, memoryd stopped (texts/s)", False),
     ("pipeline_vs_model", "write rate x texts per turn / the model's own rate", False),
@@ -105,6 +109,8 @@ class PeerOptions(BaseModel):
     n_total: int = Field(default=5_000, ge=1)
     n_search: int = Field(default=200, ge=1)
     concurrency: int = Field(default=0, ge=0)
+    # How long the load phase keeps its callers asking (each takes the next query in turn).
+    load_seconds: float = Field(default=60.0, gt=0)
     only: Side | None = None
     mem0_threads: int = Field(default=1, ge=1)
 
@@ -248,6 +254,8 @@ def command_line(options: PeerOptions) -> str:
         f"--n-search {options.n_search}",
         f"--concurrency {options.concurrency}",
     ]
+    if options.concurrency:
+        words.append(f"--load-seconds {options.load_seconds:g}")
     if options.only:
         words.append(f"--only {options.only}")
     if options.mem0_threads != 1:
@@ -369,21 +377,36 @@ async def _search_phase(peer: Peer, asked: Sequence[str]) -> Figures:
     return {"searches": len(asked), "search_results_mean": statistics.fmean(found), **figures}
 
 
-async def _load_phase(peer: Peer, asked: Sequence[str], callers: int) -> Figures:
+async def _load_phase(peer: Peer, asked: Sequence[str], callers: int, seconds: float) -> Figures:
+    """Keep ``callers`` asking for ``seconds``; a search that fails (a timeout, a refusal)
+    is counted, not retried. Searches/s counts the answered ones."""
     millis: list[float] = []
-    pending = iter(asked)  # callers take the next query in turn
+    failed: Counter[str] = Counter()
+    pending = itertools.cycle(asked)  # callers take the next query in turn
+    deadline = time.perf_counter() + seconds
 
     async def caller() -> None:
-        for query in pending:
+        while time.perf_counter() < deadline:
             started = time.perf_counter()
-            await peer.load_search(query)
+            try:
+                await peer.load_search(next(pending))
+            except Exception as error:
+                failed[type(error).__name__] += 1
+                continue
             millis.append(1000 * (time.perf_counter() - started))
 
     started = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(callers)))
     wall = time.perf_counter() - started
-    figures = latency_figures("load", millis)
-    return {"load_callers": callers, **figures, "load_requests_per_s": len(millis) / wall}
+    if failed:
+        progress(peer.name, f"load: failed searches by error: {dict(failed)}")
+    return {
+        "load_callers": callers,
+        **latency_figures("load", millis),
+        "load_requests_per_s": len(millis) / wall,
+        "load_seconds": wall,
+        "load_failed": sum(failed.values()),
+    }
 
 
 async def measure_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
@@ -392,7 +415,7 @@ async def measure_phases(peer: Peer, workload: Workload, options: PeerOptions) -
     asked = queries(workload, options.n_search)
     figures |= await _search_phase(peer, asked)
     if options.concurrency:
-        figures |= await _load_phase(peer, asked, options.concurrency)
+        figures |= await _load_phase(peer, asked, options.concurrency, options.load_seconds)
     return figures
 
 
