@@ -7,6 +7,7 @@ and ``Stack.stop`` tears it down in reverse order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,6 +45,8 @@ from memoryd.services.runtime.decisions import (
     JetStreamDecisionLog,
     NoDecisions,
 )
+from memoryd.services.runtime.gate import GateProjection
+from memoryd.services.runtime.leases import Lane, Leases, bucket_of
 from memoryd.services.runtime.operations import (
     CONSUMER_LAG,
     DEAD_LETTERS,
@@ -55,7 +58,7 @@ from memoryd.services.runtime.operations import (
     readiness_failures,
     watch_queue,
 )
-from memoryd.services.runtime.projection import Projection, ProjectionRunner
+from memoryd.services.runtime.projection import Projection, ProjectionRunner, partitioned
 from memoryd.services.runtime.recallable import RecallableTracker, tracks_recall
 from memoryd.services.runtime.replay import Progress as ReplayProgress
 from memoryd.services.runtime.replay import ReplayReport
@@ -130,6 +133,7 @@ class Stack:
     _exit: AsyncExitStack
     retrieval: Retrieval | None = None
     operations: OperationsServer | None = None  # health, readiness, metrics (when configured)
+    leases: Leases | None = None  # the partitions this replica runs (a partitioned log)
 
     async def stop(self) -> None:
         """Stop consuming, then close connections, engine and the embedded server."""
@@ -143,7 +147,9 @@ class Stack:
 
     async def stop_workers(self) -> None:
         """Stop the projection workers (replay needs them stopped); recall keeps answering."""
-        for worker in self.workers:
+        if self.leases is not None:
+            await self.leases.stop()  # gives the leases back too
+        for worker in list(self.workers):
             await worker.stop()
 
     async def replay(
@@ -475,14 +481,15 @@ def build_projections(
     retrieval: Retrieval | None = None,
     decisions: DecisionLog | None = None,  # where tier workers record decisions
 ) -> list[Projection]:
-    """Return the projections the chosen components run.
+    """Return the projections the chosen components run, as their consumers run them (one per
+    partition of a partitioned log); STM's component also runs the gate.
 
     Without ``retrieval`` and ``decisions`` the projections can only replay: the indexer
     (which needs the search index) is left out, the others fold what the log recorded.
     """
     projections: list[Projection] = []
     if "stm" in components:
-        projections.append(StmProjection(settings.stm_capacity))
+        projections += [StmProjection(settings.stm_capacity), GateProjection()]
     if "memories" in components:
         projections.append(MemoriesProjection(settings.daily_ttl_days))
     if retrieval is not None and "indexer" in components:
@@ -492,7 +499,7 @@ def build_projections(
         extractor = retrieval.llm if retrieval is not None else refuse
         projections.append(GraphProjection(extractor, decisions or refuse))
     projections += build_memoryos_projections(settings, components, retrieval, decisions)
-    return projections
+    return partitioned(projections, settings.partitions)
 
 
 async def _raw_bodies(message: StreamMessage[Any]) -> Any:
@@ -638,9 +645,13 @@ async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
     if projections:
         await check_schema(stack)
         await check_log(stack)
-    tracker = await _recallable_tracker(stack, projections, notifier)
-    for projection in projections:
-        await _start_worker(stack, projection, notifier, tracker)
+    if stack.settings.partitions > 1:
+        await _lease_workers(stack, projections, notifier)
+    else:
+        tracker = await _recallable_tracker(stack, projections, notifier)
+        for projection in projections:
+            worker = await _start_worker(stack, projection, notifier, tracker)
+            stack.on_stop(worker.stop)
     if "indexer" in components:  # daily memories expire as events
         _start_retention(stack)
 
@@ -649,10 +660,9 @@ async def _recallable_tracker(
     stack: Stack, projections: Sequence[Projection], notifier: NotificationPublisher
 ) -> RecallableTracker | None:
     """Return the tracker of recallable events when every projection recall reads runs here."""
-    folds = {projection.consumer: projection.folds for projection in projections}
-    if not tracks_recall(folds):
+    if not tracks_recall(projection.consumer for projection in projections):
         return None
-    tracker = RecallableTracker(folds, notifier)
+    tracker = RecallableTracker(projections, notifier)
     await tracker.load(stack.readers)
     return tracker
 
@@ -662,8 +672,8 @@ async def _start_worker(
     projection: Projection,
     notifier: NotificationPublisher,
     tracker: RecallableTracker | None,
-) -> None:
-    """Run ``projection`` in a pull worker that stops with the stack."""
+) -> PullWorker:
+    """Run ``projection`` in a pull worker; return it (the caller stops it)."""
     settings = stack.settings
     runner = ProjectionRunner(
         projection,
@@ -680,9 +690,51 @@ async def _start_worker(
     runner.listeners.append(count_applied)
     worker = PullWorker(stack.js, runner, settings)
     await worker.start()
-    stack.on_stop(worker.stop)
     stack.runners[projection.consumer] = runner
     stack.workers.append(worker)
+    return worker
+
+
+@dataclass
+class LeasedWorker:
+    """A worker a partition's lease started: stopping it also leaves the stack's lists."""
+
+    stack: Stack
+    consumer: str
+    worker: PullWorker
+
+    async def stop(self) -> None:
+        """Stop the worker (what it holds unacked is redelivered to the next holder)."""
+        await self.worker.stop()
+        self.stack.runners.pop(self.consumer, None)
+        with contextlib.suppress(ValueError):
+            self.stack.workers.remove(self.worker)
+
+
+async def _lease_workers(
+    stack: Stack, projections: Sequence[Projection], notifier: NotificationPublisher
+) -> None:
+    """Run the partitions this replica holds leases on (services/runtime/leases.py).
+
+    No recallable notices here: which partitions a replica runs changes as replicas come and
+    go (wait_until_applied(scope=...) is the way to wait).
+    """
+
+    def lane(projection: Projection) -> Lane:
+        async def start() -> LeasedWorker:
+            async with stack.sessions() as session, session.begin():
+                await tracking.ensure(session, projection.consumer)  # a row to lock
+            worker = await _start_worker(stack, projection, notifier, None)
+            return LeasedWorker(stack, projection.consumer, worker)
+
+        return Lane(projection.consumer, subjects.base_consumer(projection.consumer), start)
+
+    settings = stack.settings
+    lanes = [lane(p) for p in projections]
+    leases = Leases(stack.js, bucket_of(settings.stream_name), lanes, settings.lease_seconds)
+    await leases.start()
+    stack.on_stop(leases.stop)
+    stack.leases = leases
 
 
 def _start_operations(stack: Stack) -> Probe:

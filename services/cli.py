@@ -229,6 +229,12 @@ def _parser() -> argparse.ArgumentParser:
     cluster_sub = cluster.add_subparsers(dest="action", required=True)
     cluster_up = cluster_sub.add_parser("up", help="start it; Ctrl-C stops every process")
     cluster_up.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="processes per component (they share the partitions: set MEMORYD_PARTITIONS)",
+    )
+    cluster_up.add_argument(
         "--dir", type=Path, default=None, help="where it keeps its files (default data_dir/cluster)"
     )
     _add_interfaces(sub)
@@ -376,9 +382,9 @@ def _add_tenants(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     action.add_parser("list", help="list the tenants that have credentials")
 
 
-async def cmd_cluster_up(settings: Settings, base: Path) -> None:
+async def cmd_cluster_up(settings: Settings, base: Path, replicas: int = 1) -> None:
     """Run the topology as processes until Ctrl-C or SIGTERM."""
-    topology = await cluster_up(settings, base)
+    topology = await cluster_up(settings, base, replicas)
     print(f"memoryd cluster is up: NATS at {topology.nats.url}", flush=True)
     for name, process in topology.processes.items():
         components = ",".join(process.components)
@@ -393,7 +399,7 @@ async def cmd_cluster_up(settings: Settings, base: Path) -> None:
 def _cluster(args: argparse.Namespace, settings: Settings) -> None:
     base = args.dir or settings.data_dir / "cluster"
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(cmd_cluster_up(settings, base))
+        asyncio.run(cmd_cluster_up(settings, base, args.replicas))
 
 
 def _tenants(args: argparse.Namespace, settings: Settings) -> None:

@@ -196,6 +196,10 @@ class Topology:
     base: Path
     database_url: str
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(PROCESS_GROUPS))
+    # The log's partitions, and how many processes run each group (a group's replicas
+    # share its partitions: `name`, `name-2`, ...). Replicas need a partitioned log.
+    partitions: int = 1
+    replicas: Mapping[str, int] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     nats: NatsCluster = field(init=False)
     processes: dict[str, ComponentProcess] = field(default_factory=dict)
@@ -210,13 +214,24 @@ class Topology:
         """Start the cluster, create the R3 streams once, start every process, wait until ready."""
         await self.nats.start()
         await self._ensure_streams()
-        for name, components in self.groups.items():
+        for name, components in self.process_groups().items():
             port = free_port()
             env = self.process_env(name, port)
             process = ComponentProcess(name, components, env, self.base / f"{name}.log", port)
             process.start()
             self.processes[name] = process
         await self.wait_ready(timeout)
+
+    def process_groups(self) -> dict[str, tuple[str, ...]]:
+        """Return every process to run and its components (each group's replicas)."""
+        if self.partitions == 1 and any(count > 1 for count in self.replicas.values()):
+            raise StartupError("replicas share a partitioned log: set MEMORYD_PARTITIONS > 1")
+        processes = {}
+        for name, components in self.groups.items():
+            processes[name] = components
+            for number in range(2, self.replicas.get(name, 1) + 1):
+                processes[f"{name}-{number}"] = components
+        return processes
 
     async def wait_ready(self, timeout: float = 300.0) -> None:
         """Wait until every process answers /readyz with 200."""
@@ -231,13 +246,14 @@ class Topology:
             "MEMORYD_DATABASE_URL": self.database_url,
             "MEMORYD_DATA_DIR": str(self.base / name),
             "MEMORYD_STREAM_REPLICAS": str(REPLICAS),
+            "MEMORYD_PARTITIONS": str(self.partitions),
             "MEMORYD_METRICS_PORT": str(metrics_port),
             "MEMORYD_METRICS_INTERVAL_SECONDS": "1",
             "MEMORYD_LOG_FORMAT": "json",
         }
 
     async def _ensure_streams(self) -> None:
-        settings = Settings(stream_replicas=REPLICAS)
+        settings = Settings(stream_replicas=REPLICAS, partitions=self.partitions)
         nc = await connect(self.nats.url, name="memoryd-cluster", auth=NatsAuth())
         try:
             await ensure_streams(nc.jetstream(), settings)
@@ -256,14 +272,20 @@ class Topology:
             await self.nats.stop()
 
 
-async def cluster_up(settings: Settings, base: Path) -> Topology:
+async def cluster_up(settings: Settings, base: Path, replicas_per_group: int = 1) -> Topology:
     """Start the topology for `memoryd cluster up` (MEMORYD_DATABASE_URL names PostgreSQL)."""
     if not settings.database_url or not settings.database_url.startswith("postgresql"):
         raise StartupError(
             "memoryd cluster up needs PostgreSQL: set MEMORYD_DATABASE_URL, e.g. "
             "postgresql+asyncpg://postgres@127.0.0.1:5432/memoryd"
         )
-    topology = Topology(base, settings.database_url)
+    # Qdrant Edge lives in the process that opens it: recall replicas would each hold only the
+    # partitions their indexer runs. With a Qdrant server, the index is shared.
+    scaled = [g for g in PROCESS_GROUPS if g != "index-recall" or settings.qdrant_url]
+    replicas = dict.fromkeys(scaled, replicas_per_group)
+    topology = Topology(
+        base, settings.database_url, partitions=settings.partitions, replicas=replicas
+    )
     try:
         await topology.start()
     except BaseException:

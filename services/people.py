@@ -16,6 +16,7 @@ from rich.table import Table
 
 from memoryd.services.runtime.replay import ReplayReport
 from memoryd.shared import subjects
+from memoryd.shared.adapters.nats_log import stream_partitions
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import RecallResponse, Scope
 from memoryd.shared.settings import Settings
@@ -28,9 +29,10 @@ async def projection_status(
 
     ``None`` for a projection whose consumer does not exist (its worker never ran).
     """
-    last = (await js.stream_info(settings.stream_name)).state.last_seq or 0
+    info = await js.stream_info(settings.stream_name)
+    last = info.state.last_seq or 0
     consumers: dict[str, tuple[int, int] | None] = {}
-    for name in subjects.PROJECTION_CONSUMERS:
+    for name in subjects.partition_consumers(subjects.LOG_CONSUMERS, stream_partitions(info)):
         try:
             info = await js.consumer_info(settings.stream_name, name)
         except NotFoundError:

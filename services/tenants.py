@@ -16,7 +16,11 @@ from memoryd.shared.settings import Settings
 
 
 def _streams(settings: Settings) -> Streams:
-    return Streams(events=settings.stream_name, notifications=settings.notify_stream_name)
+    return Streams(
+        events=settings.stream_name,
+        notifications=settings.notify_stream_name,
+        partitions=settings.partitions,
+    )
 
 
 def _with_service(registry: Registry, auth_dir: Path, lines: list[str]) -> Registry:

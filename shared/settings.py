@@ -78,6 +78,13 @@ class Settings(BaseSettings):
 
     stream_name: str = "MEMORYD"
     stream_replicas: int = Field(default=1, ge=1, le=5)
+    # Partitions of the log by user (1: none). With N > 1 each projection has a consumer per
+    # partition, and replicas of a worker share the partitions (leases): a user's events stay
+    # in one partition, applied in order. Fixed when the stream is created.
+    partitions: int = Field(default=1, ge=1, le=256)
+    # A replica's hold on a partition lapses this long after its last renewal (renewed every
+    # third of it): a dead replica's partitions are taken over within about this long.
+    lease_seconds: float = Field(default=6.0, ge=0.5)
     duplicate_window_seconds: float = Field(default=300.0, gt=0)
     dead_letter_stream: str = "MEMORYD_DLQ"
     # Memory-updated notifications are kept in their own stream, so a subscriber that was

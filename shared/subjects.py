@@ -71,10 +71,13 @@ PROJECTION_CONSUMERS = (
     GRAPH_CONSUMER,
     *MEMORYOS_CONSUMERS,
 )
-# Each projection's consumer is filtered by the server to the event types it folds. One of
-# them, the gate, reads the whole log: what no projection folds (a type this version does not
-# know, a subject of another shape) is dead-lettered there with its reason, never dropped.
-GATE_CONSUMER = STM_CONSUMER
+# Each projection's consumer is filtered by the server to the event types it folds. The gate
+# (a consumer of its own, run with STM) reads the whole log: what no projection folds (a type
+# this version does not know, a subject of another shape) is dead-lettered there with its
+# reason, never dropped.
+GATE_CONSUMER = "memoryd-gate"
+# Every consumer of the log a "applied everything" wait asks about.
+LOG_CONSUMERS = (*PROJECTION_CONSUMERS, GATE_CONSUMER)
 # The recallable tracker publishes notifications but consumes nothing: its name as a publisher.
 RECALLABLE_PUBLISHER = "memoryd-recallable"
 
@@ -96,14 +99,89 @@ def event_subject(scope: Scope, event_type: str) -> str:
     return f"{EVENTS_PREFIX}.{scope.tenant}.{scope.user_id}.{type_token(event_type)}"
 
 
-def type_filter(event_type: str) -> str:
-    """Return the filter matching every event of ``event_type``, of any tenant and user."""
-    return f"{EVENTS_PREFIX}.*.*.{type_token(event_type)}"
+def type_filter(event_type: str, partition: int | None = None) -> str:
+    """Return the filter matching every event of ``event_type``, of any tenant and user (in
+    one partition of a partitioned log)."""
+    base = f"{EVENTS_PREFIX}.*.*.{type_token(event_type)}"
+    return base if partition is None else f"{base}.{partition}"
+
+
+# --- partitions ---
+# With MEMORYD_PARTITIONS N > 1 the stream files every event under a sixth token, its user's
+# partition: memoryd.ev.<tenant>.<user>.<type>.<p>. Publishers keep publishing the five-token
+# subject; the stream's subject transform appends p = FNV-1a(tenant + user) mod N, which is
+# nats-server's partition(N, 1, 2). Every event of a user lands in one partition, so a
+# partition's consumer applies each of its users' events in log order.
+PARTITIONED_SOURCE = f"{EVENTS_PREFIX}.*.*.*"
+
+
+def partition_destination(partitions: int) -> str:
+    """Return the stream's subject transform destination for ``partitions`` partitions."""
+    return (
+        f"{EVENTS_PREFIX}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}.{{{{wildcard(3)}}}}"
+        f".{{{{partition({partitions},1,2)}}}}"
+    )
+
+
+def partition(tenant: str, user_id: str, partitions: int) -> int:
+    """Return the partition of a user's events (nats-server's partition(): FNV-1a 32 of the
+    tokens joined, modulo the count)."""
+    digest = 0x811C9DC5
+    for byte in f"{tenant}{user_id}".encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return digest % partitions
+
+
+def partition_of(subject: str) -> int | None:
+    """Return the partition token of a stored event subject (None: not partitioned)."""
+    parts = subject.split(".")
+    if len(parts) == 6 and parts[5].isdigit():
+        return int(parts[5])
+    return None
+
+
+def unpartitioned(subject: str) -> str:
+    """Return the subject an event was published on (its stored subject less its partition)."""
+    return subject.rsplit(".", 1)[0] if partition_of(subject) is not None else subject
+
+
+def partition_filter(partition: int) -> str:
+    """Return the filter matching every event of one partition."""
+    return f"{PARTITIONED_SOURCE}.{partition}"
+
+
+def partition_consumer(consumer: str, partition: int | None) -> str:
+    """Return the durable name of a projection's consumer of one partition."""
+    return consumer if partition is None else f"{consumer}-p{partition}"
+
+
+def in_partition(consumers: Sequence[str], partition: int) -> list[str]:
+    """Return the durable names the projections ``consumers`` read one partition under (the
+    gate reads every partition under its own name)."""
+    return [
+        name if name == GATE_CONSUMER else partition_consumer(name, partition) for name in consumers
+    ]
+
+
+def partition_consumers(consumers: Sequence[str], partitions: int) -> list[str]:
+    """Return the durable names the projections ``consumers`` run under: one per partition
+    of a partitioned log."""
+    if partitions == 1:
+        return list(consumers)
+    names = [name for p in range(partitions) for name in in_partition(consumers, p)]
+    return list(dict.fromkeys(names))  # the gate once
+
+
+def base_consumer(consumer: str) -> str:
+    """Return the projection a (partition's) consumer belongs to."""
+    base, _, number = consumer.rpartition("-p")
+    return base if base and number.isdigit() else consumer
 
 
 def subject_type_token(subject: str) -> str | None:
-    """Return the event type token of an event subject (None: not an event subject's shape)."""
-    parts = subject.split(".")
+    """Return the event type token of an event subject, stored or published (None: not an
+    event subject's shape)."""
+    parts = unpartitioned(subject).split(".")
     if len(parts) != 5 or f"{parts[0]}.{parts[1]}" != EVENTS_PREFIX:
         return None
     return parts[4]
@@ -164,9 +242,20 @@ def user_events_filter(tenant: str, user_id: str) -> str:
     return f"{EVENTS_PREFIX}.{tenant}.{user_id}.>"
 
 
+def stored_filters(published: str) -> list[str]:
+    """Return the filters matching the events published on ``published`` as the stream
+    stores them: as they are, or under a partition (whether the log is partitioned or not)."""
+    return [published, f"{published}.*"]
+
+
 def user_event_filters(tenant: str, user_id: str, event_types: Sequence[str]) -> list[str]:
-    """Return the subjects of one user's events of the given types (one per type)."""
-    return [f"{EVENTS_PREFIX}.{tenant}.{user_id}.{type_token(t)}" for t in event_types]
+    """Return the filters of one user's events of the given types, as stored (two per type:
+    unpartitioned and partitioned)."""
+    return [
+        stored
+        for t in event_types
+        for stored in stored_filters(f"{EVENTS_PREFIX}.{tenant}.{user_id}.{type_token(t)}")
+    ]
 
 
 def recall_subject(tenant: str) -> str:

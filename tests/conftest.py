@@ -22,6 +22,7 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from memoryd.services.bootstrap import ALL_COMPONENTS, Component, Stack, start_stack
+from memoryd.services.runtime.leases import bucket_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
 from memoryd.shared.client import MemoryClient
@@ -134,7 +135,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: s
 async def _delete_streams(url: str, settings: Settings) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    for name in (settings.stream_name, settings.dead_letter_stream, settings.notify_stream_name):
+    leases = f"KV_{bucket_of(settings.stream_name)}"  # a partitioned log's replicas' leases
+    for name in (
+        settings.stream_name,
+        settings.dead_letter_stream,
+        settings.notify_stream_name,
+        leases,
+    ):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
     await nc.close()

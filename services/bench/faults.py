@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from memoryd.services.bootstrap import start_stack
 from memoryd.services.cluster import PROCESS_GROUPS, Topology
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import filters_of, passed, read_subjects
+from memoryd.shared.adapters.nats_log import filters_of, passed, read_subjects, stream_partitions
 from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.private_postgres import PrivatePostgres
 from memoryd.shared.adapters.sql import tracking
@@ -48,7 +48,11 @@ from memoryd.shared.contracts import Scope, TurnRecorded, decode_event
 from memoryd.shared.settings import Settings
 
 KILLS = tuple(f"kill:{name}" for name in PROCESS_GROUPS)
-FAULTS = (*KILLS, "nats:node", "nats:cluster", "pg:terminate", "pg:restart")
+# The last one leaves the topology with one STM replica fewer for good: it runs last.
+FAULTS = (*KILLS, "nats:node", "nats:cluster", "pg:terminate", "pg:restart", "replica:stm-2")
+# The suite's topology: a partitioned log, and two STM replicas sharing its partitions.
+PARTITIONS = 4
+REPLICAS = {"stm": 2}
 USERS = 4
 T = TypeVar("T")
 
@@ -72,8 +76,10 @@ async def _applied(
     """Return whether every projection has applied the log through ``sequence``: its tracking
     row is past every message on the subjects its consumer reads, up to ``sequence``."""
     stream = Settings().stream_name
+    partitions = stream_partitions(await js.stream_info(stream))
+    consumers = subjects.partition_consumers(subjects.LOG_CONSUMERS, partitions)
     async with sessions() as session:
-        positions = await tracking.positions(session, subjects.PROJECTION_CONSUMERS)
+        positions = await tracking.positions(session, consumers)
     for consumer, position in positions.items():
         filters = filters_of(await js.consumer_info(stream, consumer))
         if not await passed(js, stream, filters, position, sequence):
@@ -136,6 +142,8 @@ async def inject(topology: Topology, fault: str) -> None:
         await asyncio.to_thread(process.kill)
         await asyncio.sleep(1.0)
         process.start()
+    elif kind == "replica":  # lost for good: the other replicas take its partitions over
+        await asyncio.to_thread(topology.processes.pop(target).kill)
     elif fault == "nats:node":
         node = topology.nats.nodes[1]
         await asyncio.to_thread(node.kill)
@@ -195,7 +203,7 @@ async def _publish(
 
 async def _stored_turns(client: MemoryClient, stream: str, tenant: str) -> list[uuid.UUID]:
     js = client._js
-    filters = [f"{subjects.EVENTS_PREFIX}.{tenant}.*.turn_recorded_v1"]
+    filters = subjects.stored_filters(f"{subjects.EVENTS_PREFIX}.{tenant}.*.turn_recorded_v1")
     return [decode_event(data).event_id for data in await read_subjects(js, stream, filters, 60)]
 
 
@@ -208,6 +216,7 @@ async def verify_topology(topology: Topology) -> tuple[str, ...]:
         database_url=topology.database_url,
         data_dir=topology.base / "index-recall",  # the index lives with the indexer
         stream_replicas=3,
+        partitions=topology.partitions,
     )
     stack = await start_stack(settings, components=())
     try:
@@ -278,6 +287,12 @@ def write(rows: Sequence[FaultRow], out: Path) -> None:
     (out / "faults.md").write_text(render(rows))
 
 
+def fault_topology(base: Path, postgres: PrivatePostgres) -> Topology:
+    """Return the topology the faults strike: partitioned, two STM replicas, its own
+    PostgreSQL (restarted by one fault)."""
+    return Topology(base, postgres.url, postgres=postgres, partitions=PARTITIONS, replicas=REPLICAS)
+
+
 async def run_faults_bench(
     settings: Settings, faults: Sequence[str], turns: int, rate: float, out: Path
 ) -> list[FaultRow]:
@@ -286,7 +301,7 @@ async def run_faults_bench(
     shutil.rmtree(base, ignore_errors=True)
     postgres = PrivatePostgres()
     await asyncio.to_thread(postgres.start)
-    topology = Topology(base, postgres.url, postgres=postgres)
+    topology = fault_topology(base, postgres)
     rows = []
     try:
         await topology.start()

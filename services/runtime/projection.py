@@ -116,7 +116,7 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
     except ValidationError as error:
         raise DeadLetter(f"invalid event: {describe_validation_error(error)}") from error
     expected = subject_of(event)
-    if subject != expected:
+    if subjects.unpartitioned(subject) != expected:
         raise DeadLetter(f"subject {subject!r} does not match the event (expected {expected!r})")
     return event
 
@@ -144,12 +144,13 @@ async def apply_once(
     """
     last = through if through is not None else (batch[-1].sequence if batch else 0)
     async with sessions() as session, session.begin():
-        applied = await tracking.position(session, projection.consumer)
+        applied = await tracking.position(session, projection.consumer, lock=True)
         if last <= applied:
             return Effects()
-        folds = projection.folds
-        fresh = [i for i in batch if i.sequence > applied and type(i.event) in folds]
-        admitted = await _admit(session, projection.consumer, fresh, reject)
+        fresh = [i for i in batch if i.sequence > applied and folds_event(projection, i.event)]
+        # One ledger per projection, whatever its partitions: an event id is one identity.
+        ledger_key = subjects.base_consumer(projection.consumer)
+        admitted = await _admit(session, ledger_key, fresh, reject)
         live = publisher is not None
         effects = Effects()
         if admitted:
@@ -177,15 +178,72 @@ async def _admit(
     return admission.admitted
 
 
+class PartitionOf:
+    """One partition of a projection: its fold, under the partition's consumer and position.
+
+    The read models are the projection's (a user's rows come from one partition only); the
+    position, the version readers key on and the consumer are the partition's own.
+    """
+
+    def __init__(self, projection: Projection, partition: int, partitions: int) -> None:
+        self.projection = projection
+        self.partition = partition
+        self.partitions = partitions
+        self.consumer = subjects.partition_consumer(projection.consumer, partition)
+        self.folds = projection.folds
+
+    def holds(self, event: Event) -> bool:
+        """Return whether ``event`` is filed under this partition (its user's)."""
+        scope = event.scope
+        return subjects.partition(scope.tenant, scope.user_id, self.partitions) == self.partition
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Return the read models the projection alone writes."""
+        return self.projection.tables
+
+    async def apply(
+        self, session: AsyncSession, batch: Sequence[Positioned], live: bool
+    ) -> Effects:
+        """Apply a batch of this partition's events with the projection's fold."""
+        return await self.projection.apply(session, batch, live)
+
+    async def warm(self, events: Sequence[AnyEvent]) -> None:
+        """Do the projection's work before its transaction, if it has any."""
+        if isinstance(self.projection, Warms):
+            await self.projection.warm(events)
+
+
+def partitioned(projections: Sequence[Projection], partitions: int) -> list[Projection]:
+    """Return the projections as their consumers run them: each one per partition when the
+    log is partitioned (the gate reads the whole log, unpartitioned)."""
+    running: list[Projection] = []
+    for projection in projections:
+        if partitions == 1 or not projection.folds:
+            running.append(projection)
+        else:
+            running += [PartitionOf(projection, p, partitions) for p in range(partitions)]
+    return running
+
+
+def folds_event(projection: Projection, event: Event) -> bool:
+    """Return whether ``projection`` (or its partition) folds ``event``."""
+    if type(event) not in projection.folds:
+        return False
+    return not isinstance(projection, PartitionOf) or projection.holds(event)
+
+
 def consumer_filters(projection: Projection) -> list[str]:
     """Return the subjects a projection's consumer reads: the types it folds (the gate: all).
 
     The server filters, so a worker never receives, decodes or acks the events of the other
-    projections (a turn brings ~7 events; most workers fold one or two of them).
+    projections (a turn brings ~7 events; most workers fold one or two of them); a
+    partition's consumer reads only its partition.
     """
     if projection.consumer == subjects.GATE_CONSUMER:
         return [subjects.ALL_EVENTS]
-    return sorted(subjects.type_filter(type_name(folded)) for folded in projection.folds)
+    partition = projection.partition if isinstance(projection, PartitionOf) else None
+    return sorted(subjects.type_filter(type_name(t), partition) for t in projection.folds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +362,7 @@ class ProjectionRunner:
             if not self.decodes(entry.subject):
                 continue  # another projection's type: it only moves the position
             try:
-                event = decode_message(entry.data, entry.subject)
+                event = self._decode(entry)
             except DeadLetter as reason:
                 await self._park(entry, str(reason))
             else:
@@ -314,6 +372,19 @@ class ProjectionRunner:
             await self._apply(items, entries[-1].sequence)
             self._log.debug("applied", first_seq=entries[0].sequence, last_seq=entries[-1].sequence)
             await self._tell(entries[-1].sequence, [item for _, item in items])
+
+    def _decode(self, entry: LogEntry) -> AnyEvent:
+        """Decode an entry; one filed under another partition than its user's is refused (a
+        publisher that named the partition itself would split the user's order)."""
+        event = decode_message(entry.data, entry.subject)
+        projection = self.projection
+        if isinstance(projection, PartitionOf) and not projection.holds(event):
+            scope = event.scope
+            theirs = subjects.partition(scope.tenant, scope.user_id, projection.partitions)
+            raise DeadLetter(
+                f"filed under partition {projection.partition}; the user's partition is {theirs}"
+            )
+        return event
 
     def decodes(self, subject: str) -> bool:
         """Return whether to decode a message: a type this projection folds, or no known type

@@ -13,12 +13,12 @@ over processes no recallable notice is published.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.runtime.notify import notification
-from memoryd.services.runtime.projection import Positioned
+from memoryd.services.runtime.projection import Positioned, Projection, folds_event
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
@@ -44,15 +44,13 @@ def recallable_notice(item: Positioned) -> MemoryUpdated | None:
 class RecallableTracker:
     """The projections' positions, and the recallable events not every reader has applied.
 
-    An event waits only for the projections that fold its type: each reads only those
-    types, and its position moves only when one comes.
+    An event waits only for the projections that fold it (its type, in its user's partition):
+    each reads only those, and its position moves only when one comes.
     """
 
-    def __init__(
-        self, folds: Mapping[str, frozenset[type[Event]]], notifier: NotificationPublisher
-    ) -> None:
-        self._folds = dict(folds)
-        self._positions = dict.fromkeys(folds, 0)
+    def __init__(self, projections: Sequence[Projection], notifier: NotificationPublisher) -> None:
+        self._projections = {projection.consumer: projection for projection in projections}
+        self._positions = dict.fromkeys(self._projections, 0)
         self._pending: dict[int, tuple[MemoryUpdated, tuple[str, ...]]] = {}
         self._notifier = notifier
 
@@ -86,12 +84,12 @@ class RecallableTracker:
             if item.sequence in self._pending:
                 continue
             note = recallable_notice(item)
-            readers = self._readers(type(item.event))
+            readers = self._readers(item.event)
             if note is not None and not self._passed(item.sequence, readers):
                 self._pending[item.sequence] = (note, readers)
 
-    def _readers(self, event_type: type[Event]) -> tuple[str, ...]:
-        return tuple(c for c, folds in self._folds.items() if event_type in folds)
+    def _readers(self, event: Event) -> tuple[str, ...]:
+        return tuple(c for c, p in self._projections.items() if folds_event(p, event))
 
     def _passed(self, sequence: int, readers: tuple[str, ...]) -> bool:
         return all(self._positions[c] >= sequence for c in readers)
@@ -103,5 +101,6 @@ class RecallableTracker:
 
 
 def tracks_recall(consumers: Iterable[str]) -> bool:
-    """Return whether ``consumers`` include every projection recall reads."""
-    return set(subjects.PROJECTION_CONSUMERS) <= set(consumers)
+    """Return whether ``consumers`` include every projection recall reads (every partition
+    of each, when the log is partitioned: the caller runs them all)."""
+    return set(subjects.PROJECTION_CONSUMERS) <= {subjects.base_consumer(c) for c in consumers}

@@ -27,6 +27,7 @@ from memoryd.services.runtime.projection import (
     Projection,
     apply_once,
     decode_message,
+    folds_event,
 )
 from memoryd.shared import subjects
 from memoryd.shared.adapters.outages import is_outage
@@ -151,9 +152,10 @@ async def drop_owned(
         await conn.run_sync(lambda sync: metadata.drop_all(sync, tables=tables))
     await create_schema(engine)
     consumers = [projection.consumer for projection in projections]
+    ledgers = list(dict.fromkeys(subjects.base_consumer(c) for c in consumers))
     async with sessions() as session, session.begin():
         await tracking.forget(session, consumers)
-        await ledger.forget_consumers(session, consumers)
+        await ledger.forget_consumers(session, ledgers)
 
 
 async def fold(
@@ -174,7 +176,7 @@ async def fold(
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
-        mine = [i for i in events if i.sequence <= target and type(i.event) in projection.folds]
+        mine = [i for i in events if i.sequence <= target and folds_event(projection, i.event)]
         if progress is not None:
             progress(projection.consumer, 0, len(mine))
         for start in range(0, len(mine), batch_size):

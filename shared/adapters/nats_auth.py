@@ -65,10 +65,16 @@ class Registry:
 
 @dataclass(frozen=True)
 class Streams:
-    """The stream names tenant permissions refer to (the settings' names)."""
+    """The stream names tenant permissions refer to (the settings' names), and the log's
+    partitions (which name the workers' consumers)."""
 
     events: str = "MEMORYD"
     notifications: str = "MEMORYD_NOTIFY"
+    partitions: int = 1
+
+    def worker_consumers(self) -> list[str]:
+        """Return the durable names of the workers' consumers of the log."""
+        return subjects.partition_consumers(subjects.LOG_CONSUMERS, self.partitions)
 
 
 def tenant_user(tenant: str) -> str:
@@ -120,7 +126,7 @@ def tenant_permissions(tenant: str, streams: Streams) -> dict[str, Any]:
     allow += [f"{api}.{op}.{events}.*" for op in ("MSG.NEXT", "INFO", "DELETE")]
     allow += [f"{api}.{op}.{notes}.*" for op in ("INFO", "DELETE")]
     deny = []
-    for consumer in subjects.PROJECTION_CONSUMERS:
+    for consumer in streams.worker_consumers():
         deny += [f"{api}.CREATE.{events}.{consumer}.>", f"{api}.CREATE.{events}.{consumer}"]
         deny += [f"{api}.{op}.{events}.{consumer}" for op in ("MSG.NEXT", "DELETE")]
     return {

@@ -168,7 +168,47 @@ def event_stream_config(settings: Settings) -> api.StreamConfig:
         retention=api.RetentionPolicy.LIMITS,
         duplicate_window=settings.duplicate_window_seconds,
         num_replicas=settings.stream_replicas,
+        subject_transform=partition_transform(settings.partitions),
     )
+
+
+def partition_transform(partitions: int) -> api.SubjectTransform | None:
+    """Return the transform that files each event under its user's partition (None: one)."""
+    if partitions == 1:
+        return None
+    return api.SubjectTransform(
+        src=subjects.PARTITIONED_SOURCE, dest=subjects.partition_destination(partitions)
+    )
+
+
+def _partitions_of(destination: str | None) -> int:
+    """Return the partition count a transform destination names (1: none)."""
+    if destination is None:
+        return 1
+    return int(destination.split("partition(")[1].split(",")[0])
+
+
+def stream_partitions(info: api.StreamInfo) -> int:
+    """Return how many partitions a stream's events are filed under (1: not partitioned)."""
+    transform = info.config.subject_transform
+    return _partitions_of(transform.dest if transform else None)
+
+
+class PartitionsChanged(StartupError):
+    """The log was made with another number of partitions than the settings name."""
+
+
+def check_partitions(info: api.StreamInfo, config: api.StreamConfig) -> None:
+    """Refuse a log partitioned otherwise than ``config``: a user's events would change
+    partition midway."""
+    found, wanted = info.config.subject_transform, config.subject_transform
+    made, asked = (t.dest if t else None for t in (found, wanted))
+    if made != asked:
+        raise PartitionsChanged(
+            f"the stream {info.config.name} was made with {_partitions_of(made)} partition(s); "
+            f"MEMORYD_PARTITIONS asks for {_partitions_of(asked)}: set it back, or start a "
+            "new log and import an export into it"
+        )
 
 
 def dead_letter_stream_config(settings: Settings) -> api.StreamConfig:
@@ -227,7 +267,7 @@ async def ensure_streams(js: JetStreamContext, settings: Settings, patience: flo
 
 async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
     try:
-        await js.stream_info(config.name or "")
+        check_partitions(await js.stream_info(config.name or ""), config)
     except NotFoundError:
         try:
             await js.add_stream(config)
@@ -456,15 +496,18 @@ async def _consumer_settled(js: JetStreamContext, stream: str, durable: str) -> 
 async def wait_until_applied(
     js: JetStreamContext,
     stream: str,
-    consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+    consumers: Sequence[str] = subjects.LOG_CONSUMERS,
     timeout: float = 30.0,
     poll_interval: float = 0.02,
 ) -> int:
     """Wait until every consumer has applied everything in the stream; return the sequence.
 
     Workers publish derived events while they work, so "settled" means: every consumer has
-    nothing pending and unacked, and the stream did not grow while we looked.
+    nothing pending and unacked, and the stream did not grow while we looked. A projection
+    of a partitioned log is waited for on every partition's consumer.
     """
+    partitions = stream_partitions(await js.stream_info(stream))
+    consumers = subjects.partition_consumers(consumers, partitions)
     deadline = time.monotonic() + timeout
     while True:
         before = await last_sequence(js, stream)
@@ -592,11 +635,20 @@ async def _consumer_passed(
     return (info.ack_floor.stream_seq or 0) >= target
 
 
+def _partition_of_user(consumers: Sequence[str], newest: Mapping[str, int]) -> list[str]:
+    """Return the consumers of the user's partition (read from its stored subjects): one
+    user's events are all in one partition."""
+    found = {subjects.partition_of(subject) for subject in newest} - {None}
+    if len(found) != 1:
+        return list(consumers)
+    return subjects.in_partition(consumers, found.pop() or 0)
+
+
 async def wait_until_user_applied(
     js: JetStreamContext,
     stream: str,
     filter_subject: str,
-    consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+    consumers: Sequence[str] = subjects.LOG_CONSUMERS,
     timeout: float = 30.0,
 ) -> int:
     """Wait until every consumer has applied the newest events ``filter_subject`` matches now.
@@ -607,6 +659,7 @@ async def wait_until_user_applied(
     Return the newest sequence of all.
     """
     newest = await last_sequences(js, stream, filter_subject)
+    consumers = _partition_of_user(consumers, newest)
     deadline = time.monotonic() + timeout
     while True:
         passed = [await _consumer_passed(js, stream, name, newest) for name in consumers]

@@ -494,7 +494,7 @@ class MemoryClient:
     async def wait_until_applied(
         self,
         timeout: float = 30.0,
-        consumers: Sequence[str] = subjects.PROJECTION_CONSUMERS,
+        consumers: Sequence[str] = subjects.LOG_CONSUMERS,
         *,
         scope: Scope | None = None,
     ) -> int:

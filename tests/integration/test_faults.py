@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from memoryd.services.bench.faults import FAULTS, FaultRow, run_fault
+from memoryd.services.bench.faults import FAULTS, FaultRow, fault_topology, run_fault
 from memoryd.services.cluster import Topology
 from memoryd.shared.adapters.private_postgres import PrivatePostgres
 
@@ -31,7 +31,7 @@ async def topology(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[To
         pytest.skip("no initdb here: the fault suite runs its own PostgreSQL")
     postgres = PrivatePostgres()
     await asyncio.to_thread(postgres.start)
-    running = Topology(tmp_path_factory.mktemp("faults"), postgres.url, postgres=postgres)
+    running = fault_topology(tmp_path_factory.mktemp("faults"), postgres)
     try:
         await running.start()
         yield running

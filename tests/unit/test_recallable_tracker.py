@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memoryd.services.runtime.projection import Positioned
@@ -11,7 +12,7 @@ from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_notify import notification_subject
 from memoryd.shared.contracts import PageEvicted, Scope, TurnRecorded, derived_id
 from memoryd.shared.contracts.catalog import EVENT_TYPES
-from memoryd.shared.contracts.events import MemoryRemembered
+from memoryd.shared.contracts.events import Event, MemoryRemembered
 from memoryd.shared.domain.memories import memory_identity
 
 SCOPE = Scope(tenant="acme", user_id="alice", session_id="s1")
@@ -24,10 +25,17 @@ def turn(sequence: int) -> Positioned:
     return Positioned(event, sequence)
 
 
+@dataclass(frozen=True)
+class Folding:
+    """A projection as the tracker sees it: its consumer and the types it folds."""
+
+    consumer: str
+    folds: frozenset[type[Event]] = frozenset(EVENT_TYPES)
+
+
 def tracker() -> RecallableTracker:
     """Return a tracker over two projections that fold every type (it publishes nothing)."""
-    every = frozenset(EVENT_TYPES)
-    return RecallableTracker({"stm": every, "indexer": every}, notifier=None)  # type: ignore[arg-type]
+    return RecallableTracker([Folding("stm"), Folding("indexer")], notifier=None)  # type: ignore[list-item, arg-type]
 
 
 def test_no_notice_until_every_projection_passed_the_event() -> None:
@@ -86,8 +94,11 @@ def test_only_events_a_caller_writes_are_notified() -> None:
 def test_an_event_waits_only_for_the_projections_that_fold_its_type() -> None:
     """A memory is recallable once the projections folding memories passed it, whatever the
     position of one that folds only turns (it never receives a memory event)."""
-    folds = {"stm": frozenset({TurnRecorded}), "memories": frozenset({MemoryRemembered})}
-    recallable = RecallableTracker(folds, notifier=None)  # type: ignore[arg-type]
+    projections = [
+        Folding("stm", frozenset({TurnRecorded})),
+        Folding("memories", frozenset({MemoryRemembered})),
+    ]
+    recallable = RecallableTracker(projections, notifier=None)  # type: ignore[arg-type]
     remembered = MemoryRemembered(occurred_at=T0, scope=SCOPE, key="diet", content="vegetarian")
     first = turn(1)
 

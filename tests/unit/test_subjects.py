@@ -45,7 +45,9 @@ def test_user_event_filters_name_one_subject_per_event_type() -> None:
 
     assert [
         "memoryd.ev.acme.bob.memory_remembered_v1",
+        "memoryd.ev.acme.bob.memory_remembered_v1.*",
         "memoryd.ev.acme.bob.session_ended_v1",
+        "memoryd.ev.acme.bob.session_ended_v1.*",
     ] == found
 
 

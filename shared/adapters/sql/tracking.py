@@ -10,17 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.shared import subjects
 from memoryd.shared.adapters.sql.tables import log_identity, read_model_versions, tracking
 from memoryd.shared.adapters.sql.upsert import upsert
 
 
-async def position(session: AsyncSession, consumer: str) -> int:
-    """Return the last stream sequence ``consumer`` applied (0 if none)."""
-    value = await session.scalar(select(tracking.c.position).where(tracking.c.consumer == consumer))
+async def position(session: AsyncSession, consumer: str, *, lock: bool = False) -> int:
+    """Return the last stream sequence ``consumer`` applied (0 if none).
+
+    ``lock`` holds the row until the transaction ends (PostgreSQL; SQLite has one writer
+    anyway): two workers of one consumer then apply one after the other, each only what the
+    other had not.
+    """
+    query = select(tracking.c.position).where(tracking.c.consumer == consumer)
+    value = await session.scalar(query.with_for_update() if lock else query)
     return int(value or 0)
+
+
+async def ensure(session: AsyncSession, consumer: str) -> None:
+    """Give ``consumer`` a position row (0) if it has none, so that it can be locked."""
+    c = tracking.c
+    if await session.scalar(select(c.position).where(c.consumer == consumer)) is None:
+        await session.execute(insert(tracking).values(consumer=consumer, position=0))
 
 
 async def positions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
@@ -44,11 +58,18 @@ async def changed(session: AsyncSession, consumer: str, sequence: int) -> None:
 
 
 async def versions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
-    """Return where each consumer's read models last changed, in one query (0: never)."""
+    """Return a version of each projection's read models, in one query (0: never changed).
+
+    A projection of a partitioned log changes through each partition's consumer: its version
+    is the sum of theirs, which moves whenever any of them moves (each only grows).
+    """
     c = read_model_versions.c
-    rows = await session.execute(select(c.consumer, c.sequence).where(c.consumer.in_(consumers)))
-    found = {consumer: int(sequence) for consumer, sequence in rows}
-    return {consumer: found.get(consumer, 0) for consumer in consumers}
+    rows = await session.execute(select(c.consumer, c.sequence))
+    found = dict.fromkeys(consumers, 0)
+    for consumer, sequence in rows:
+        for name in {consumer, subjects.base_consumer(consumer)} & found.keys():
+            found[name] += int(sequence)
+    return found
 
 
 async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
