@@ -731,7 +731,13 @@ async def _lease_workers(
 
     settings = stack.settings
     lanes = [lane(p) for p in projections]
-    leases = Leases(stack.js, bucket_of(settings.stream_name), lanes, settings.lease_seconds)
+    leases = Leases(
+        stack.js,
+        bucket_of(settings.stream_name),
+        lanes,
+        settings.lease_seconds,
+        replicas=settings.stream_replicas,
+    )
     await leases.start()
     stack.on_stop(leases.stop)
     stack.leases = leases

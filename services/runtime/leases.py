@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from nats.js.errors import (
     KeyWrongLastSequenceError,
 )
 from nats.js.kv import KeyValue
+
+from memoryd.shared.adapters.outages import is_outage
 
 log = structlog.get_logger(__name__)
 
@@ -104,6 +107,7 @@ class Leases:
     bucket: str
     lanes: Sequence[Lane]
     ttl: float
+    replicas: int = 1  # the bucket's, as the log's: one node lost keeps the leases
     holder: str = field(default_factory=lambda: uuid.uuid4().hex)
     _kv: KeyValue | None = None
     _held: dict[str, tuple[int, Running]] = field(default_factory=dict)  # name -> (rev, worker)
@@ -115,16 +119,31 @@ class Leases:
         """Return the lanes this process runs now."""
         return set(self._held)
 
-    async def start(self) -> None:
-        """Open the bucket, take a first share, and keep ticking until stopped."""
-        self._kv = await self._bucket()
-        await self.tick()
+    async def start(self, patience: float = 60.0) -> None:
+        """Open the bucket, take a first share, and keep ticking until stopped.
+
+        A bucket just made on a cluster has no leader for a moment (its first writes get no
+        response): an outage is asked again for up to ``patience`` seconds.
+        """
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                self._kv = self._kv or await self._bucket()
+                await self.tick()
+                break
+            except Exception as error:
+                if not is_outage(error) or time.monotonic() > deadline:
+                    raise
+                log.warning("leases_not_ready", error=f"{type(error).__name__}: {error}")
+                await asyncio.sleep(0.5)
         self._task = asyncio.create_task(self._every_tick(), name="leases")
 
     async def _bucket(self) -> KeyValue:
         """Open the bucket, making it on first use; the lease time is the bucket's (every
         replica must renew within the same time), whatever this process was configured."""
-        config = api.KeyValueConfig(bucket=self.bucket, ttl=self.ttl, history=1)
+        config = api.KeyValueConfig(
+            bucket=self.bucket, ttl=self.ttl, history=1, replicas=self.replicas
+        )
         try:
             return await self.js.create_key_value(config=config)
         except BadRequestError:  # made already, with another lease time
