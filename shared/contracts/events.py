@@ -6,6 +6,7 @@ Events are frozen and versioned. A change of shape is a new class with a new ``t
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import datetime
 from enum import StrEnum
@@ -122,6 +123,7 @@ class Event(BaseModel):
         return data
 
 
+@functools.cache  # asked for every event a worker or a replay decodes
 def type_name(event_type: type[Event]) -> str:
     """Return the versioned ``type`` string of an event class (each concrete class fixes it)."""
     return str(event_type.model_fields["type"].default)

@@ -135,6 +135,29 @@ def test_nul_characters_are_refused_in_every_text_field(fields: dict[str, object
         TurnRecorded(occurred_at=NOW, scope=SCOPE, query="q\x00", response="r")
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"content": "a\x00b"},
+        {"content": "ok", "metadata": {"no\x00te": "a"}},
+        {"content": "ok", "metadata": {"tags": ["x", {"deep": "\x00"}]}},
+    ],
+)
+def test_a_decoded_event_with_nul_is_refused_naming_where(fields: dict[str, object]) -> None:
+    """From the log's bytes too (the decoder looks at the bytes first: it must not miss one)."""
+    good = MemoryRemembered(occurred_at=NOW, scope=SCOPE, content="ok")
+    data = json.dumps({**json.loads(encode_event(good)), **fields}).encode()
+    assert b"\\u0000" in data  # JSON escapes NUL: the form a publisher sends
+    with pytest.raises(ValidationError, match="NUL"):
+        decode_event(data)
+
+
+def test_a_text_that_only_spells_a_nul_escape_is_kept() -> None:
+    """A backslash followed by u0000 is text, not NUL: it decodes as written."""
+    event = MemoryRemembered(occurred_at=NOW, scope=SCOPE, content="write \\u0000 for NUL")
+    assert decode_event(encode_event(event)) == event
+
+
 def test_a_key_is_a_memory_identity_whatever_id_the_client_sends() -> None:
     """Two remembers of one key with different ids name one memory; so does forget by key."""
     first = MemoryRemembered(
