@@ -46,7 +46,7 @@ from memoryd.services.runtime.decisions import (
     NoDecisions,
 )
 from memoryd.services.runtime.gate import GateProjection
-from memoryd.services.runtime.leases import Lane, Leases, bucket_of
+from memoryd.services.runtime.leases import Lane, Leases, bucket_of, new_holder
 from memoryd.services.runtime.operations import (
     CONSUMER_LAG,
     DEAD_LETTERS,
@@ -737,6 +737,7 @@ async def _lease_workers(
         lanes,
         settings.lease_seconds,
         replicas=settings.stream_replicas,
+        holder=settings.replica_name or new_holder(),
     )
     await leases.start()
     stack.on_stop(leases.stop)

@@ -247,6 +247,8 @@ class Topology:
             "MEMORYD_DATA_DIR": str(self.base / name),
             "MEMORYD_STREAM_REPLICAS": str(REPLICAS),
             "MEMORYD_PARTITIONS": str(self.partitions),
+            # Kept across restarts: a process started again takes its partitions back at once.
+            "MEMORYD_REPLICA_NAME": name,
             "MEMORYD_METRICS_PORT": str(metrics_port),
             "MEMORYD_METRICS_INTERVAL_SECONDS": "1",
             "MEMORYD_LOG_FORMAT": "json",

@@ -85,6 +85,13 @@ class Settings(BaseSettings):
     # A replica's hold on a partition lapses this long after its last renewal (renewed every
     # third of it): a dead replica's partitions are taken over within about this long.
     lease_seconds: float = Field(default=6.0, ge=0.5)
+    # This replica's name among its workers' replicas, unique and kept across restarts (as a
+    # StatefulSet names its pods): a replica started again takes back at once the partitions
+    # its previous run held, instead of waiting for their leases to lapse. Unset: a new
+    # name per start.
+    replica_name: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"
+    )
     duplicate_window_seconds: float = Field(default=300.0, gt=0)
     dead_letter_stream: str = "MEMORYD_DLQ"
     # Memory-updated notifications are kept in their own stream, so a subscriber that was

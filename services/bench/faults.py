@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,11 +33,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from nats.js import JetStreamContext
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, NotFoundError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.bootstrap import start_stack
+from memoryd.services.bootstrap import Stack, start_stack
 from memoryd.services.cluster import PROCESS_GROUPS, Topology
+from memoryd.services.runtime.leases import bucket_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import filters_of, passed, read_subjects, stream_partitions
 from memoryd.shared.adapters.outages import is_outage
@@ -68,6 +71,8 @@ class FaultRow:
     parked: int
     recovery_seconds: float
     differences: tuple[str, ...] = ()
+    # A replica lost for good: seconds until the others held every partition it had held.
+    takeover_seconds: float | None = None
 
 
 async def _applied(
@@ -207,6 +212,55 @@ async def _stored_turns(client: MemoryClient, stream: str, tenant: str) -> list[
     return [decode_event(data).event_id for data in await read_subjects(js, stream, filters, 60)]
 
 
+async def _leases_of(js: JetStreamContext, holder: str) -> set[str] | None:
+    """Return the partitions ``holder`` holds a lease on now (None: nobody holds any)."""
+    try:
+        kv = await js.key_value(bucket_of(Settings().stream_name))
+    except NotFoundError:
+        return None
+    stream = await js.stream_info(Settings().stream_name)
+    lanes = subjects.partition_consumers(subjects.LOG_CONSUMERS, stream_partitions(stream))
+    held: dict[str, str] = {}
+    for lane in lanes:
+        with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+            held[lane] = ((await kv.get(lane)).value or b"").decode()
+    return {lane for lane, who in held.items() if who == holder}
+
+
+async def _taken_over(
+    js: JetStreamContext, lanes: set[str], dead: str, timeout: float = 120.0
+) -> float:
+    """Wait until another replica holds each of ``lanes`` that ``dead`` held; the seconds."""
+    started = time.monotonic()
+    kv = await js.key_value(bucket_of(Settings().stream_name))
+    while time.monotonic() - started < timeout:
+        holders = []
+        for lane in lanes:
+            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+                holders.append(((await kv.get(lane)).value or b"").decode())
+        if len(holders) == len(lanes) and dead not in holders:
+            return time.monotonic() - started
+        await asyncio.sleep(0.1)
+    return float("inf")
+
+
+VERIFY_TIMEOUT = 300.0
+
+
+async def _verify_within(stack: Stack, timeout: float) -> tuple[str, ...]:
+    """Verify, or say it did not finish, printing where it waited (every task's stack)."""
+    task = asyncio.create_task(stack.verify())
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if task in done:
+        return tuple(task.result().differences)
+    print(f"verify did not finish in {timeout:.0f} s; where each task waits:", file=sys.stderr)
+    for waiting in asyncio.all_tasks():
+        waiting.print_stack(file=sys.stderr)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return (f"verify did not finish in {timeout:.0f} s",)
+
+
 async def verify_topology(topology: Topology) -> tuple[str, ...]:
     """Stop the processes, compare the read models and index with a fresh fold, start again."""
     for process in topology.processes.values():
@@ -220,13 +274,13 @@ async def verify_topology(topology: Topology) -> tuple[str, ...]:
     )
     stack = await start_stack(settings, components=())
     try:
-        report = await stack.verify()
+        differences = await _verify_within(stack, VERIFY_TIMEOUT)
     finally:
         await stack.stop()
     for process in topology.processes.values():
         process.start()
     await topology.wait_ready()
-    return tuple(report.differences)
+    return differences
 
 
 async def run_fault(
@@ -245,7 +299,10 @@ async def run_fault(
         publishing = asyncio.create_task(_publish(client, scopes, turns, rate, ingest))
         await ingest.third.wait()
         started, before = time.monotonic(), ingest.last_sequence
+        kind, _, target = fault.partition(":")
+        lanes = await _leases_of(client._js, target) if kind == "replica" else None
         await inject(topology, fault)
+        takeover = await _taken_over(client._js, lanes, target) if lanes else None
         recovered = await _until_applied(sessions, client._js, before, 300)
         recovery = time.monotonic() - started if recovered else float("inf")
         await publishing
@@ -260,19 +317,28 @@ async def run_fault(
     differences = await verify_topology(topology) if settled else ()
     doubled = len(stored) - len(set(stored)) + len(differences)
     return FaultRow(
-        fault, len(ingest.acked), lost, doubled, parked, round(recovery, 2), differences
+        fault,
+        len(ingest.acked),
+        lost,
+        doubled,
+        parked,
+        round(recovery, 2),
+        differences,
+        None if takeover is None else round(takeover, 2),
     )
 
 
 def render(rows: Sequence[FaultRow]) -> str:
     """Return the fault table as markdown."""
     lines = [
-        "| fault | turns published | lost | doubled | dead-lettered | recovery (s) |",
-        "|---|---|---|---|---|---|",
+        "| fault | turns published | lost | doubled | dead-lettered | recovery (s) "
+        "| takeover (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r.fault} | {r.published} | {r.lost} | {r.doubled} | {r.parked} "
-        f"| {r.recovery_seconds:.2f} |"
+        f"| {r.recovery_seconds:.2f} "
+        f"| {'' if r.takeover_seconds is None else f'{r.takeover_seconds:.2f}'} |"
         for r in rows
     ]
     return "\n".join(lines) + "\n"

@@ -144,6 +144,11 @@ class Workload(BaseModel):
 
 def load_workload(path: Path) -> Workload:
     """Read the user turns and questions of LongMemEval-S; abstention questions left out."""
+    if not path.is_file():
+        raise StartupError(
+            f"the LongMemEval-S dev data is not at {path} (resolved from {Path.cwd()}): run "
+            "from the repository beside ../shared, or pass --data FOLDER"
+        )
     with gzip.open(path, "rt", encoding="utf-8") as source:
         items = [q for q in json.load(source) if not q["question_id"].endswith("_abs")]
     texts = [

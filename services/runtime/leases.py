@@ -11,7 +11,9 @@ entries expire after ``ttl`` seconds unless renewed. Each ``tick`` (a third of `
   took it first), and it releases what it holds beyond it, so a member that joins gets work.
 
 A member that dies stops renewing: its leases expire after ``ttl`` and the others take them
-on their next tick, so a partition is taken over within ``ttl`` plus one tick. A member that
+on their next tick, so a partition is taken over within ``ttl`` plus one tick. A member
+started again under the same name (``holder``, MEMORYD_REPLICA_NAME) finds its previous run's
+leases under its name and takes them back at once. A member that
 stalled past its lease and wakes up may still apply a batch beside the new holder: the
 tracking row is read under a row lock in the change's transaction, so whichever commits
 second applies only what the first did not (order and exactly-once hold; the work is done
@@ -44,6 +46,11 @@ from memoryd.shared.adapters.outages import is_outage
 log = structlog.get_logger(__name__)
 
 MEMBER_PREFIX = "member"
+
+
+def new_holder() -> str:
+    """Return a member name of its own (a replica that was given none)."""
+    return uuid.uuid4().hex
 
 
 def bucket_of(stream: str) -> str:
@@ -108,7 +115,7 @@ class Leases:
     lanes: Sequence[Lane]
     ttl: float
     replicas: int = 1  # the bucket's, as the log's: one node lost keeps the leases
-    holder: str = field(default_factory=lambda: uuid.uuid4().hex)
+    holder: str = field(default_factory=new_holder)
     _kv: KeyValue | None = None
     _held: dict[str, tuple[int, Running]] = field(default_factory=dict)  # name -> (rev, worker)
     _member_revisions: dict[str, int] = field(default_factory=dict)
@@ -169,18 +176,25 @@ class Leases:
         for name in list(self._held):
             await self._renew(kv, name)
         members: dict[str, int] = {}
-        for key in await self._live(kv, await self._member_keys()):
+        for key in await self._holders(kv, await self._member_keys()):
             group = key.split(".")[1]
             members[group] = members.get(group, 0) + 1
         by_group: dict[str, list[str]] = {}
         for lane in self.lanes:
             by_group.setdefault(lane.group, []).append(lane.name)
-        taken = await self._live(kv, [lane.name for lane in self.lanes])
+        holders = await self._holders(kv, [lane.name for lane in self.lanes])
+        # A lease under this member's name that it does not run is its previous run's: free.
+        taken = {name for name, who in holders.items() if who != self.holder or name in self._held}
         moves = plan(by_group, set(self._held), taken, members)
         for name in moves.release:
             await self._release(kv, name)
         for name in moves.take:
             await self._take(kv, name)
+        for name, who in holders.items():  # the previous run's, beyond this member's share
+            if who == self.holder and name not in self._held:
+                with contextlib.suppress(KeyWrongLastSequenceError, KeyNotFoundError):
+                    await kv.delete(name)
+                    log.info("lease_given_back", lane=name, holder=self.holder)
 
     async def _member_keys(self) -> list[str]:
         """Return the member keys the bucket has messages for (live or deleted)."""
@@ -191,15 +205,25 @@ class Leases:
         return [subject.removeprefix(prefix) for subject in info.state.subjects or {}]
 
     @staticmethod
-    async def _live(kv: KeyValue, keys: Sequence[str]) -> set[str]:
-        """Return the keys that hold a value now (not deleted, not expired). Each is read
-        by itself: listing keys makes a consumer that outlives the call."""
-        live = set()
+    async def _holders(kv: KeyValue, keys: Sequence[str]) -> dict[str, str]:
+        """Return who holds each key that holds a value now (not deleted, not expired). Each
+        is read by itself: listing keys makes a consumer that outlives the call."""
+        holders = {}
         for key in keys:
             with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
-                await kv.get(key)
-                live.add(key)
-        return live
+                entry = await kv.get(key)
+                holders[key] = (entry.value or b"").decode()
+        return holders
+
+    async def _adopt(self, kv: KeyValue, name: str) -> int | None:
+        """Take back a lease this member's previous run held (the revision), else None."""
+        with contextlib.suppress(KeyNotFoundError, KeyDeletedError, KeyWrongLastSequenceError):
+            entry = await kv.get(name)
+            if entry.value == self.holder.encode() and entry.revision is not None:
+                revision: int = await kv.update(name, self.holder.encode(), last=entry.revision)
+                log.info("lease_taken_back", lane=name, holder=self.holder)
+                return revision
+        return None
 
     async def _renew_membership(self, kv: KeyValue, group: str) -> None:
         key = f"{MEMBER_PREFIX}.{group}.{self.holder}"
@@ -218,7 +242,10 @@ class Leases:
         try:
             revision = await kv.create(name, self.holder.encode())
         except KeyWrongLastSequenceError:
-            return  # another member took it first
+            adopted = await self._adopt(kv, name)
+            if adopted is None:
+                return  # another member took it first
+            revision = adopted
         lane = next(lane for lane in self.lanes if lane.name == name)
         try:
             worker = await lane.start()
