@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import MetaData, Table, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memoryd.shared.adapters.sql.engine import WRITER
 from memoryd.shared.adapters.sql.tables import READ_MODELS, metadata, tracking
 
 # Any fixed 64-bit number: every memoryd process takes the same lock to create tables.
@@ -22,10 +23,11 @@ async def create_schema(engine: AsyncEngine, tables: MetaData = metadata) -> Non
 
     Processes starting together on a fresh PostgreSQL would race (both see no table, both
     create its row type, one dies on pg_type's unique index), so PostgreSQL creates under a
-    transaction-scoped advisory lock: the second waits, then finds the tables. SQLite has
-    one writer per file already.
+    transaction-scoped advisory lock: the second waits, then finds the tables. On SQLite the
+    transaction takes the write lock up front (a deferred one that read the catalogue, then
+    created a table, failed at once with "database is locked" beside another replica).
     """
-    async with engine.begin() as conn:
+    async with engine.execution_options(**{WRITER: True}).begin() as conn:
         if conn.dialect.name == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
         await conn.run_sync(tables.create_all)
