@@ -34,12 +34,12 @@ async def projection_status(
     consumers: dict[str, tuple[int, int] | None] = {}
     for name in subjects.partition_consumers(subjects.LOG_CONSUMERS, stream_partitions(info)):
         try:
-            info = await js.consumer_info(settings.stream_name, name)
+            consumer = await js.consumer_info(settings.stream_name, name)
         except NotFoundError:
             consumers[name] = None
             continue
-        lag = (info.num_pending or 0) + (info.num_ack_pending or 0)
-        consumers[name] = (info.ack_floor.stream_seq or 0, lag)
+        lag = (consumer.num_pending or 0) + (consumer.num_ack_pending or 0)
+        consumers[name] = (consumer.ack_floor.stream_seq or 0, lag)
     dead = await js.stream_info(
         settings.dead_letter_stream, subjects_filter=subjects.ALL_DEAD_LETTERS
     )

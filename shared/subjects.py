@@ -20,6 +20,7 @@ Subjects put tenant and user in the hierarchy so NATS permissions can be granted
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -123,6 +124,7 @@ def partition_destination(partitions: int) -> str:
     )
 
 
+@functools.lru_cache(maxsize=65_536)  # asked per event per partition when a replay folds
 def partition(tenant: str, user_id: str, partitions: int) -> int:
     """Return the partition of a user's events (nats-server's partition(): FNV-1a 32 of the
     tokens joined, modulo the count)."""

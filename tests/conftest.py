@@ -132,16 +132,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: s
     return postgres_url
 
 
+def memoryd_streams(settings: Settings) -> tuple[str, ...]:
+    """Return every stream memoryd keeps: the log, dead letters, notifications, and the
+    lease bucket of a partitioned log's replicas."""
+    leases = f"KV_{bucket_of(settings.stream_name)}"
+    return (settings.stream_name, settings.dead_letter_stream, settings.notify_stream_name, leases)
+
+
 async def _delete_streams(url: str, settings: Settings) -> None:
     nc = await nats.connect(url)
     js = nc.jetstream()
-    leases = f"KV_{bucket_of(settings.stream_name)}"  # a partitioned log's replicas' leases
-    for name in (
-        settings.stream_name,
-        settings.dead_letter_stream,
-        settings.notify_stream_name,
-        leases,
-    ):
+    for name in memoryd_streams(settings):
         with contextlib.suppress(NotFoundError):
             await js.delete_stream(name)
     await nc.close()

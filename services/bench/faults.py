@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from nats.js import JetStreamContext
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import Stack, start_stack
 from memoryd.services.cluster import PROCESS_GROUPS, Topology
-from memoryd.services.runtime.leases import bucket_of
+from memoryd.services.runtime.leases import bucket_of, holders
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import filters_of, passed, read_subjects, stream_partitions
 from memoryd.shared.adapters.outages import is_outage
@@ -220,11 +220,7 @@ async def _leases_of(js: JetStreamContext, holder: str) -> set[str] | None:
         return None
     stream = await js.stream_info(Settings().stream_name)
     lanes = subjects.partition_consumers(subjects.LOG_CONSUMERS, stream_partitions(stream))
-    held: dict[str, str] = {}
-    for lane in lanes:
-        with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
-            held[lane] = ((await kv.get(lane)).value or b"").decode()
-    return {lane for lane, who in held.items() if who == holder}
+    return {lane for lane, who in (await holders(kv, lanes)).items() if who == holder}
 
 
 async def _taken_over(
@@ -234,11 +230,8 @@ async def _taken_over(
     started = time.monotonic()
     kv = await js.key_value(bucket_of(Settings().stream_name))
     while time.monotonic() - started < timeout:
-        holders = []
-        for lane in lanes:
-            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
-                holders.append(((await kv.get(lane)).value or b"").decode())
-        if len(holders) == len(lanes) and dead not in holders:
+        held_by = await holders(kv, sorted(lanes))
+        if len(held_by) == len(lanes) and dead not in held_by.values():
             return time.monotonic() - started
         await asyncio.sleep(0.1)
     return float("inf")

@@ -48,6 +48,16 @@ log = structlog.get_logger(__name__)
 MEMBER_PREFIX = "member"
 
 
+async def holders(kv: KeyValue, keys: Sequence[str]) -> dict[str, str]:
+    """Return who holds each of ``keys`` that holds a value now (not deleted, not expired).
+    Each is read by itself: listing keys makes a consumer that outlives the call."""
+    found = {}
+    for key in keys:
+        with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
+            found[key] = ((await kv.get(key)).value or b"").decode()
+    return found
+
+
 def new_holder() -> str:
     """Return a member name of its own (a replica that was given none)."""
     return uuid.uuid4().hex
@@ -176,21 +186,21 @@ class Leases:
         for name in list(self._held):
             await self._renew(kv, name)
         members: dict[str, int] = {}
-        for key in await self._holders(kv, await self._member_keys()):
+        for key in await holders(kv, await self._member_keys()):
             group = key.split(".")[1]
             members[group] = members.get(group, 0) + 1
         by_group: dict[str, list[str]] = {}
         for lane in self.lanes:
             by_group.setdefault(lane.group, []).append(lane.name)
-        holders = await self._holders(kv, [lane.name for lane in self.lanes])
+        held_by = await holders(kv, [lane.name for lane in self.lanes])
         # A lease under this member's name that it does not run is its previous run's: free.
-        taken = {name for name, who in holders.items() if who != self.holder or name in self._held}
+        taken = {name for name, who in held_by.items() if who != self.holder or name in self._held}
         moves = plan(by_group, set(self._held), taken, members)
         for name in moves.release:
             await self._release(kv, name)
         for name in moves.take:
             await self._take(kv, name)
-        for name, who in holders.items():  # the previous run's, beyond this member's share
+        for name, who in held_by.items():  # the previous run's, beyond this member's share
             if who == self.holder and name not in self._held:
                 with contextlib.suppress(KeyWrongLastSequenceError, KeyNotFoundError):
                     await kv.delete(name)
@@ -203,17 +213,6 @@ class Leases:
             f"KV_{self.bucket}", subjects_filter=f"{prefix}{MEMBER_PREFIX}.>"
         )
         return [subject.removeprefix(prefix) for subject in info.state.subjects or {}]
-
-    @staticmethod
-    async def _holders(kv: KeyValue, keys: Sequence[str]) -> dict[str, str]:
-        """Return who holds each key that holds a value now (not deleted, not expired). Each
-        is read by itself: listing keys makes a consumer that outlives the call."""
-        holders = {}
-        for key in keys:
-            with contextlib.suppress(KeyNotFoundError, KeyDeletedError):
-                entry = await kv.get(key)
-                holders[key] = (entry.value or b"").decode()
-        return holders
 
     async def _adopt(self, kv: KeyValue, name: str) -> int | None:
         """Take back a lease this member's previous run held (the revision), else None."""

@@ -192,10 +192,13 @@ class PartitionOf:
         self.consumer = subjects.partition_consumer(projection.consumer, partition)
         self.folds = projection.folds
 
+    def users_partition(self, event: Event) -> int:
+        """Return the partition ``event``'s user is filed under."""
+        return subjects.partition(event.scope.tenant, event.scope.user_id, self.partitions)
+
     def holds(self, event: Event) -> bool:
         """Return whether ``event`` is filed under this partition (its user's)."""
-        scope = event.scope
-        return subjects.partition(scope.tenant, scope.user_id, self.partitions) == self.partition
+        return self.users_partition(event) == self.partition
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -379,10 +382,9 @@ class ProjectionRunner:
         event = decode_message(entry.data, entry.subject)
         projection = self.projection
         if isinstance(projection, PartitionOf) and not projection.holds(event):
-            scope = event.scope
-            theirs = subjects.partition(scope.tenant, scope.user_id, projection.partitions)
             raise DeadLetter(
-                f"filed under partition {projection.partition}; the user's partition is {theirs}"
+                f"filed under partition {projection.partition}; the user's partition is "
+                f"{projection.users_partition(event)}"
             )
         return event
 

@@ -19,7 +19,6 @@ import pytest
 from nats.js.errors import NotFoundError
 from sqlalchemy import func, select
 
-from memoryd.services.runtime.leases import bucket_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import _port_open, free_port
 from memoryd.shared.adapters.sql.engine import create_engine
@@ -27,7 +26,7 @@ from memoryd.shared.adapters.sql.tables import stm_pages
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import PageEvicted, Scope, TurnRecorded, decode_event
 from memoryd.shared.settings import Settings
-from tests.conftest import unique
+from tests.conftest import memoryd_streams, unique
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +66,7 @@ async def clean_log(nats_url: str) -> tuple[nats.aio.client.Client, Settings]:
     """Connect to the test's nats-server and delete memoryd's streams; return the connection."""
     settings = Settings(nats_url=nats_url)
     nc = await nats.connect(nats_url)
-    leases = f"KV_{bucket_of(settings.stream_name)}"
-    for name in (
-        settings.stream_name,
-        settings.dead_letter_stream,
-        settings.notify_stream_name,
-        leases,
-    ):
+    for name in memoryd_streams(settings):
         with contextlib.suppress(NotFoundError):
             await nc.jetstream().delete_stream(name)
     return nc, settings

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import nats
 import pytest
-from nats.js.errors import BucketNotFoundError, KeyDeletedError, KeyNotFoundError
+from nats.js.errors import BucketNotFoundError
 
 from memoryd.services.bootstrap import Stack
 from memoryd.services.runtime.leases import bucket_of
+from memoryd.services.runtime.leases import holders as leased_by
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.client import MemoryClient
@@ -37,14 +38,11 @@ CONSUMERS = [subjects.STM_CONSUMER, subjects.MEMORIES_CONSUMER, subjects.GATE_CO
 
 async def holders(js: nats.js.JetStreamContext, stream: str) -> dict[str, str]:
     """Return each leased consumer and the replica holding it."""
-    held = {}
-    for name in subjects.partition_consumers(CONSUMERS, PARTITIONS):
-        try:
-            kv = await js.key_value(bucket_of(stream))
-            held[name] = (await kv.get(name)).value.decode()  # type: ignore[union-attr]
-        except (BucketNotFoundError, KeyNotFoundError, KeyDeletedError):
-            continue
-    return held
+    try:
+        kv = await js.key_value(bucket_of(stream))
+    except BucketNotFoundError:
+        return {}
+    return await leased_by(kv, subjects.partition_consumers(CONSUMERS, PARTITIONS))
 
 
 async def test_a_replica_killed_mid_stream_is_taken_over_and_loses_nothing(

@@ -50,20 +50,25 @@ async def _start_like_a_process(url: str) -> None:
         await engine.dispose()
 
 
-async def test_concurrent_create_schema_on_a_fresh_database_all_succeed(
-    fresh_postgres: str,
-) -> None:
-    """N start-ups creating the schema at the same moment all succeed; every table exists."""
+async def _all_start_and_every_table_exists(url: str) -> None:
+    """Start N at the same moment on ``url``: each succeeds, and every table is there."""
     results = await asyncio.gather(
-        *(_start_like_a_process(fresh_postgres) for _ in range(STARTING_AT_ONCE)),
+        *(_start_like_a_process(url) for _ in range(STARTING_AT_ONCE)),
         return_exceptions=True,
     )
     assert [None] * STARTING_AT_ONCE == results
-    engine = create_engine(fresh_postgres)
+    engine = create_engine(url)
     async with engine.connect() as conn:
         tables = await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
     await engine.dispose()
     assert set(metadata.tables) <= tables
+
+
+async def test_concurrent_create_schema_on_a_fresh_database_all_succeed(
+    fresh_postgres: str,
+) -> None:
+    """N start-ups creating the schema at the same moment all succeed; every table exists."""
+    await _all_start_and_every_table_exists(fresh_postgres)
 
 
 async def test_concurrent_create_schema_on_a_fresh_sqlite_file_all_succeed(tmp_path: Path) -> None:
@@ -72,13 +77,4 @@ async def test_concurrent_create_schema_on_a_fresh_sqlite_file_all_succeed(tmp_p
     url = f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}"
     for _ in range(5):  # the race is a matter of timing: give it several chances
         (tmp_path / "memoryd.db").unlink(missing_ok=True)
-        results = await asyncio.gather(
-            *(_start_like_a_process(url) for _ in range(STARTING_AT_ONCE)),
-            return_exceptions=True,
-        )
-        assert [None] * STARTING_AT_ONCE == results
-    engine = create_engine(url)
-    async with engine.connect() as conn:
-        tables = await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
-    await engine.dispose()
-    assert set(metadata.tables) <= tables
+        await _all_start_and_every_table_exists(url)

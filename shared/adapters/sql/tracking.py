@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared import subjects
@@ -32,9 +32,8 @@ async def position(session: AsyncSession, consumer: str, *, lock: bool = False) 
 
 async def ensure(session: AsyncSession, consumer: str) -> None:
     """Give ``consumer`` a position row (0) if it has none, so that it can be locked."""
-    c = tracking.c
-    if await session.scalar(select(c.position).where(c.consumer == consumer)) is None:
-        await session.execute(insert(tracking).values(consumer=consumer, position=0))
+    row = {"consumer": consumer, "position": 0}
+    await upsert(session, tracking, [row], ["consumer"], replace=False)
 
 
 async def positions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
