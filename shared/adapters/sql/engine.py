@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,27 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # isolation_level=None hands BEGIN to _sqlite_begin below.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=60000")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any, attempts: int = 100) -> None:
+    """Put the file in WAL mode (it stays so), waiting out another connection's lock.
+
+    Switching a fresh file takes an exclusive lock and SQLite does not call the busy handler
+    for it: replicas starting together on a new file failed at once with "database is locked"
+    (test_schema_race, about one round in ten). Up to ~5 s of short waits, then the error.
+    """
+    for attempt in range(attempts):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as error:  # the adapted driver's OperationalError
+            if "locked" not in str(error) or attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
 
 
 def _sqlite_begin(connection: Any) -> None:
