@@ -227,26 +227,37 @@ EmbedderRole = Literal["workers", "queries"]
 
 @functools.cache
 def _local_model(
-    runtime: LocalRuntime, role: EmbedderRole, cache_dir: Path | None, threads: int | None
+    runtime: LocalRuntime,
+    role: EmbedderRole,
+    cache_dir: Path | None,
+    threads: int | None,
+    max_tokens: int | None,
 ) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
     # instance, one thread, so a query never waits behind a worker's batch of hundreds of
     # texts. It loads lazily, on the first embed.
     if runtime == "torch":
-        return SentenceTransformerEmbedder()
+        return SentenceTransformerEmbedder(max_tokens=max_tokens)
     threads = 1 if role == "queries" else threads
-    return OnnxEmbedder(int8=runtime == "onnx-int8", threads=threads, cache_dir=cache_dir)
+    return OnnxEmbedder(
+        int8=runtime == "onnx-int8", threads=threads, cache_dir=cache_dir, max_tokens=max_tokens
+    )
 
 
 def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     """Return the configured embedding model (uncached); a local model has one per role."""
     runtime = settings.embedding_runtime
+    # Queries are cut shorter than documents (``query_max_tokens``); a remote model cuts its own.
+    max_tokens = settings.query_max_tokens if role == "queries" else None
     if settings.embedding_kind == "local" and settings.embedding_model is None:
-        return _local_model(runtime, role, settings.model_cache_dir, settings.embedding_threads)
+        return _local_model(
+            runtime, role, settings.model_cache_dir, settings.embedding_threads, max_tokens
+        )
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model
+        options["max_tokens"] = max_tokens
         if runtime != "torch":
             options["cache_dir"] = settings.model_cache_dir
     else:

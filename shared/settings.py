@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     # Recall keeps the vectors of recent query texts in memory (a repeated question skips the
     # model); workers' vectors go to the SQL cache instead, so replay needs no model.
     query_cache_entries: int = Field(default=10_000, ge=1)
+    # Recall embeds at most this many tokens of a query (a local model; documents keep the
+    # model's own limit, 256 for MiniLM, which was trained on 128). A pasted page of a query
+    # took ~60 ms of the model on one thread at 256, ~28 ms at 128; BM25 and the graph still
+    # read all of it. Every question of the retrieval benchmarks is under 60 tokens.
+    query_max_tokens: int = Field(default=128, ge=8)
     # Recall appends the segments it visited as one event per user per this many seconds
     # (0: one event per recall, which then waits for the append).
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)

@@ -334,7 +334,13 @@ def hubs(total: int, counts: Mapping[str, int]) -> set[str]:
 
 
 def without_names(query: str, names: Iterable[str]) -> str:
-    """Remove the names (and their possessive 's) from a query, keeping the other words."""
+    """Remove the names (and their possessive 's) from a query, keeping the other words.
+
+    A query that names none of them comes back as it is, not re-spaced: recall's other
+    readers embed the query as written, and one text is embedded once (the model cannot
+    tell the two apart, but the query cache could; a pasted page was embedded twice).
+    """
+    kept = query
     for name in sorted(names, key=len, reverse=True):
-        query = re.sub(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", " ", query, flags=re.IGNORECASE)
-    return " ".join(query.split())
+        kept = re.sub(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", " ", kept, flags=re.IGNORECASE)
+    return query if kept == query else " ".join(kept.split())

@@ -55,6 +55,23 @@ async def test_onnx_vectors_equal_the_torch_vectors(
     np.testing.assert_allclose(torch_vectors, onnx_vectors, atol=1e-5)
 
 
+async def test_a_query_cap_cuts_long_texts_alike_in_both_runtimes_and_leaves_short_ones(
+    onnx_minilm: OnnxEmbedder, torch_minilm: SentenceTransformerEmbedder
+) -> None:
+    """``max_tokens`` (recall's ``query_max_tokens``): a pasted page is embedded from its first
+    128 tokens, the same in both runtimes; a question under the cap gets its usual vector."""
+    capped_onnx = OnnxEmbedder(max_tokens=128)
+    capped_torch = SentenceTransformerEmbedder(max_tokens=128)
+    page, question = TEXTS[5], TEXTS[1]  # ~480 tokens; 6 tokens
+
+    cut = await capped_onnx.embed([page, question])
+    whole = await onnx_minilm.embed([page, question])
+
+    np.testing.assert_allclose(await capped_torch.embed([page, question]), cut, atol=1e-5)
+    np.testing.assert_array_equal(whole[1], cut[1])
+    assert float(whole[0] @ cut[0]) < 0.999  # the page's vector changed: it was cut
+
+
 async def test_a_batch_equals_the_texts_one_by_one(onnx_minilm: OnnxEmbedder) -> None:
     """Length-sorted batches with padding give each text the vector it gets alone."""
     texts = [f"Turn {i}: we talked about it." + " More detail." * (i % 9) for i in range(70)]

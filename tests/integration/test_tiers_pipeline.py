@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memoryd.services.bootstrap import Stack, build_projections
+from memoryd.services.bootstrap import Stack, build_model, build_projections
 from memoryd.services.runtime.replay import replay
 from memoryd.shared.adapters.sql.schema import table_checksum
 from memoryd.shared.adapters.sql.tables import MEMORYOS_READ_MODELS, stm_pages
@@ -20,7 +20,9 @@ from memoryd.shared.contracts.memoryos import (
     SegmentPromoted,
     SegmentsVisited,
 )
+from memoryd.shared.settings import Settings
 from tests.conftest import StackFactory, unique
+from tests.fakes import CountingEmbedder
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -220,3 +222,20 @@ async def test_recalled_pages_carry_their_meta_chain(
     answer = await tiers_client.recall(scope)
 
     assert "knead" in answer.pages[0].meta_chain.lower()
+
+
+async def test_a_pasted_multi_line_query_is_embedded_once(make_stack: StackFactory) -> None:
+    """Recall's dense stream and its tiers share the query's vector, however it is spaced.
+
+    The dense stream used to re-space the query and the tiers not, so a pasted page was two
+    texts to the query cache: two model calls of up to 256 tokens (~60 ms each here).
+    """
+    model = CountingEmbedder(build_model(Settings(), "queries"))
+    stack = await make_stack(changes={"stm_capacity": 1}, embedder=model)
+    async with await MemoryClient.connect(stack.nats_url, stack.settings.stream_name) as c:
+        scope = new_scope()
+        await play(c, scope, [*BREAD[:3], STARS])
+        before = model.texts
+        answer = await c.recall(scope, "Sourdough  bread\n\ndough:\n  how long to knead?")
+    assert answer.memoryos.segments  # the tiers ranked segments by the query's vector
+    assert 1 == model.texts - before

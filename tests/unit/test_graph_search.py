@@ -16,6 +16,7 @@ from memoryd.shared.domain.graph import (
     name_key,
     names_word,
     walk,
+    without_names,
 )
 from memoryd.shared.domain.text import terms
 
@@ -109,3 +110,14 @@ def test_the_name_index_agrees_with_checking_every_name_on_any_text(
     every = {key for key in keys if key != "user" and names_word(key, folded)}
 
     assert every == EntityNames.of(keys).named_in(folded)
+
+
+def test_a_query_naming_no_hub_comes_back_as_written() -> None:
+    """Recall's dense stream and its tiers then ask the query cache for one text, not two."""
+    pasted = "Monthly distribution\nBerkshire County\n  Location   Address"
+    assert without_names(pasted, ["Anna", "Caroline"]) == pasted
+
+
+def test_hub_names_and_their_possessive_leave_the_query() -> None:
+    query = "Did Caroline's  sister\nAnna visit caroline?"
+    assert without_names(query, ["Caroline", "Anna"]) == "Did sister visit ?"

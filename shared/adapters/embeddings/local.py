@@ -48,13 +48,18 @@ class SentenceTransformerEmbedder:
         dimension: int | None = None,
         batch_size: int = 64,
         device: str = "cpu",
+        max_tokens: int | None = None,
     ) -> None:
-        """Use the bundled MiniLM, or `model`: a model folder or a name in the local HF cache."""
+        """Use the bundled MiniLM, or `model`: a model folder or a name in the local HF cache.
+
+        A text is cut at the model's own limit, or at ``max_tokens`` if that is lower.
+        """
         self._model_ref = model
         self._model_name = model_name or (MINILM_NAME if model is None else Path(model).name)
         self._dimension = dimension or (MINILM_DIMENSION if model is None else None)
         self.batch_size = batch_size
         self._device = device
+        self._max_tokens = max_tokens
         self._model: SentenceTransformer | None = None
         # One lock for both jobs: the model loads once however many calls race to it, and
         # encodes take turns because torch already spreads a single encode over every core.
@@ -111,6 +116,9 @@ class SentenceTransformerEmbedder:
         source = str(bundled_minilm_path() if self._model_ref is None else self._model_ref)
         started = time.perf_counter()
         model = SentenceTransformer(source, device=self._device, local_files_only=True)
+        limit, cut = model.max_seq_length, self._max_tokens
+        if cut is not None:
+            model.max_seq_length = cut if limit is None else min(limit, cut)
         actual = _dimension_of(model)
         if self._dimension is not None and actual != self._dimension:
             raise EmbeddingDimensionError(

@@ -89,10 +89,12 @@ class OnnxEmbedder:
         threads: int | None = None,
         batch_tokens: int = 4_096,
         cache_dir: Path | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         """Use the bundled MiniLM or the model folder ``model``; ``threads`` per call.
 
-        A model call gets at most ``batch_tokens`` tokens, padding included.
+        A model call gets at most ``batch_tokens`` tokens, padding included; a text is cut
+        at the model's own limit, or at ``max_tokens`` if that is lower.
         """
         self._model_dir = Path(model) if model is not None else None
         self._base_name = MINILM_NAME if model is None else Path(model).name
@@ -100,6 +102,7 @@ class OnnxEmbedder:
         self._dimension: int | None = MINILM_DIMENSION if model is None else None
         self._int8 = int8
         self._threads = threads
+        self._max_tokens = max_tokens
         self.batch_tokens = batch_tokens
         self._cache_dir = cache_dir or default_model_cache()
         self._lock = threading.Lock()  # the first calls race to load; one loads
@@ -153,7 +156,7 @@ class OnnxEmbedder:
         _check_mean_pooling(source)
         exported = ensure_export(source, self._cache_dir, self._base_name, int8=self._int8)
         session = _session(exported, self._threads or os.cpu_count() or 1)
-        tokenizer = _tokenizer(source)
+        tokenizer = _tokenizer(source, self._max_tokens)
         width = _width(session, tokenizer)
         if self._dimension is not None and width != self._dimension:
             raise EmbeddingDimensionError(
@@ -180,11 +183,12 @@ def _session(exported: Path, threads: int) -> onnxruntime.InferenceSession:
     return onnxruntime.InferenceSession(str(exported), options, providers=["CPUExecutionProvider"])
 
 
-def _tokenizer(model_dir: Path) -> Tokenizer:
+def _tokenizer(model_dir: Path, max_tokens: int | None) -> Tokenizer:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tokenizer.enable_truncation(_max_tokens(model_dir))
+    limit = _max_tokens(model_dir)
+    tokenizer.enable_truncation(limit if max_tokens is None else min(limit, max_tokens))
     tokenizer.no_padding()  # tokenizer.json may set padding; batches pad themselves
     return tokenizer
 
