@@ -138,3 +138,27 @@ class ReadCache:
         self._entries.move_to_end(slot)
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
+
+
+class RowsByKey:
+    """Rows a projection wrote, read by key, held for every request at one of its versions.
+
+    ``at(version, scope)`` returns the map of ``scope``'s rows read at ``version``; callers add
+    what they read. A newer version empties every map (a write may have changed any row); a
+    request at an older version gets a map of its own that nobody keeps, so a row read
+    before a write is never served after it. Past ``max_rows`` rows in all, it starts again.
+    """
+
+    def __init__(self, max_rows: int = 20_000) -> None:
+        """Hold at most about ``max_rows`` rows."""
+        self._max_rows = max_rows
+        self._version = -1
+        self._maps: dict[Hashable, dict[Any, Any]] = {}
+
+    def at(self, version: int, scope: Hashable) -> dict[Any, Any]:
+        """Return the rows of ``scope`` held at ``version`` (a map to fill)."""
+        if version < self._version:
+            return {}
+        if version > self._version or sum(map(len, self._maps.values())) > self._max_rows:
+            self._version, self._maps = version, {}
+        return self._maps.setdefault(scope, {})

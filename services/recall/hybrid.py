@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import ReadCache, Versions
+from memoryd.services.recall.cache import ReadCache, RowsByKey, Versions
 from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
@@ -503,6 +503,7 @@ class HybridRetriever:
         self._sessions = sessions
         self.tuning = tuning
         self._cache = cache or ReadCache()
+        self._graph_items = RowsByKey()
 
     async def retrieve(
         self, request: RecallRequest, now: datetime, at: Versions
@@ -544,7 +545,7 @@ class HybridRetriever:
         if weights.dense > 0:
             jobs["dense"] = self._dense(query, where, limit, graph)
         if weights.graph > 0:
-            jobs["graph"] = self._graph(query, where, limit, graph)
+            jobs["graph"] = self._graph(query, where, limit, graph, at)
         results = await asyncio.gather(*jobs.values())
         return dict(zip(jobs, results, strict=True))
 
@@ -581,10 +582,13 @@ class HybridRetriever:
         where: ScopeFilter,
         limit: int,
         graph: asyncio.Future[ScopeGraph],
+        at: Versions,
     ) -> list[GraphHit]:
         held = await graph
+        # The items a search reaches are read by key once per graph write, not per request.
+        known = self._graph_items.at(at[subjects.GRAPH_CONSUMER], where)
         async with self._sessions() as session:
-            return await graph_search(session, query, where, limit, held)
+            return await graph_search(session, query, where, limit, held, known=known)
 
 
 def _section(

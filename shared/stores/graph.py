@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -110,17 +110,24 @@ async def scope_mentions(
     return int(total or 0), dict(mentions)
 
 
+# Items of one scope read by key: an item's fields, or None for an item outside the scope.
+KnownItems = MutableMapping[uuid.UUID, dict[str, Any] | None]
+
+
 async def graph_search(
     session: AsyncSession,
     query: str,
     scope: ScopeFilter,
     limit: int,
     graph: ScopeGraph | None = None,
+    *,
+    known: KnownItems | None = None,
 ) -> list[GraphHit]:
     """Return the items the query's entities lead to, best first.
 
     A mention counts ``ln(1 + items / mentions)`` (rare entities say more); hubs count 0.
-    ``graph`` is ``scope_graph`` of the scope when the caller holds it already.
+    ``graph`` is ``scope_graph`` of the scope when the caller holds it already; ``known``
+    holds items read before in this scope (see ``KnownItems``), and gains the ones read now.
     """
     graph = graph if graph is not None else await scope_graph(session, scope)
     start = matched_entities(query, graph.names)
@@ -131,7 +138,7 @@ async def graph_search(
     scores = graph_scores(found, reached, graph.total, graph.counts)
     if not scores:
         return []
-    return await _best_hits(session, scope, scores, limit)
+    return await _best_hits(session, scope, scores, limit, {} if known is None else known)
 
 
 async def _valid_edges(session: AsyncSession, scope: ScopeFilter) -> list[Edge]:
@@ -143,22 +150,45 @@ async def _valid_edges(session: AsyncSession, scope: ScopeFilter) -> list[Edge]:
 
 
 async def _best_hits(
-    session: AsyncSession, scope: ScopeFilter, scores: Mapping[uuid.UUID, float], limit: int
+    session: AsyncSession,
+    scope: ScopeFilter,
+    scores: Mapping[uuid.UUID, float],
+    limit: int,
+    known: KnownItems,
 ) -> list[GraphHit]:
-    """Read the best-scored items inside ``scope``; return at most ``limit``, best first."""
+    """Read the best-scored items inside ``scope``; return at most ``limit``, best first.
+
+    Only the items ``known`` lacks are read; it gains them, and the ones outside the scope.
+    """
     best = sorted(scores, key=lambda item_id: (-scores[item_id], str(item_id)))[: limit * 4]
-    # Found by primary key, the owner checked here: with tenant and user in the WHERE clause,
-    # SQLite walks every item of the user through the (tenant, user, memory) index instead.
-    rows = await session.execute(
-        select(graph_items).where(graph_items.c.item_id.in_(best), item_filter(scope, owner=False))
-    )
+    missing = [item_id for item_id in best if item_id not in known]
+    if missing:
+        known.update(await _items_in_scope(session, scope, missing))
     hits = [
-        GraphHit(row.item_id, scores[row.item_id], dict(row._mapping))
-        for row in rows
-        if _owned(row, scope)
+        GraphHit(item_id, scores[item_id], fields)
+        for item_id in best
+        if (fields := known.get(item_id)) is not None
     ]
     hits.sort(key=lambda hit: (-hit.score, str(hit.item_id)))
     return hits[:limit]
+
+
+async def _items_in_scope(
+    session: AsyncSession, scope: ScopeFilter, item_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, dict[str, Any] | None]:
+    """Return each item's fields if it is inside ``scope``, else None."""
+    # Found by primary key, the owner checked here: with tenant and user in the WHERE clause,
+    # SQLite walks every item of the user through the (tenant, user, memory) index instead.
+    rows = await session.execute(
+        select(graph_items).where(
+            graph_items.c.item_id.in_(item_ids), item_filter(scope, owner=False)
+        )
+    )
+    found: dict[uuid.UUID, dict[str, Any] | None] = dict.fromkeys(item_ids)
+    for row in rows:
+        if _owned(row, scope):
+            found[row.item_id] = dict(row._mapping)
+    return found
 
 
 async def user_graph(

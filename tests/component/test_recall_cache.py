@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.memories.projection import MemoriesProjection
-from memoryd.services.recall.cache import ReadCache
+from memoryd.services.recall.cache import ReadCache, RowsByKey
 from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
@@ -216,3 +216,25 @@ def test_values_read_before_a_newer_version_leave_memory_once_it_is_seen() -> No
     assert (True, "anna's pages") == cache.lookup("memoryd-stm", "anna", 5)
     assert (True, "their graph") == cache.lookup("memoryd-graph", "erased-user", 2)
     assert 0 == cache.settle({"memoryd-stm": 5, "memoryd-graph": 2})
+
+
+def test_rows_read_by_key_are_held_until_their_projection_writes_again() -> None:
+    """Graph items recall read at one version are served to every request at it; a newer
+    version starts afresh, and a request still at an older one keeps nothing it reads."""
+    rows = RowsByKey(max_rows=3)
+    rows.at(7, "anna")["item-1"] = "Anna's trip"
+    rows.at(7, "bob")["item-2"] = None  # read, and outside bob's scope
+
+    assert {"item-1": "Anna's trip"} == rows.at(7, "anna")
+    assert {"item-2": None} == rows.at(7, "bob")
+    rows.at(8, "anna")  # the graph projection wrote: every row may have changed
+    assert {} == rows.at(8, "anna") == rows.at(8, "bob")
+    rows.at(7, "anna")["item-1"] = "read before the write"
+    assert {} == rows.at(8, "anna")
+
+
+def test_rows_read_by_key_start_again_past_their_bound() -> None:
+    rows = RowsByKey(max_rows=3)
+    rows.at(1, "anna").update({"a": 1, "b": 2, "c": 3, "d": 4})
+
+    assert {} == rows.at(1, "anna")
