@@ -49,3 +49,25 @@ def test_past_its_bound_the_cache_empties_and_fills_again() -> None:
         points.hits([(uuid4(), 0.1, stored("text"))])
 
     assert len(points) <= 2
+
+
+def test_a_search_reads_only_the_payloads_not_held_and_drops_a_point_deleted_since() -> None:
+    """The engine is asked for the missing payloads only; one it no longer has is no hit."""
+    points = DecodedPoints()
+    held, deleted = uuid4(), uuid4()
+    points.hits([(held, 0.9, stored("held text"))])
+
+    assert [deleted] == points.missing([held, deleted])
+    hits = points.hits([(held, 0.9, None), (deleted, 0.8, None)])
+    assert [(held, "held text")] == [(hit.id, hit.text) for hit in hits]
+
+
+def test_a_write_between_the_search_and_its_payloads_keeps_nothing() -> None:
+    """The epoch read before the query guards what the later payload read decodes."""
+    points = DecodedPoints()
+    point_id = uuid4()
+    before_query = points.epoch
+    points.written([point_id])  # a write begins after the query ran, before payloads are read
+    points.hits([(point_id, 0.5, stored("read during the write"))], before_query)
+
+    assert [point_id] == points.missing([point_id])

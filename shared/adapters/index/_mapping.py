@@ -120,16 +120,30 @@ class DecodedPoints:
         """Return how many points are held."""
         return len(self._points)
 
-    def hits(self, scored: Iterable[tuple[Any, float, Mapping[str, Any] | None]]) -> list[Hit]:
-        """Return hits for (id, score, payload) triples, decoding only the points not held."""
-        started = self.epoch
+    def missing(self, point_ids: Iterable[Any]) -> list[Any]:
+        """Return the ids whose decoded payload is not held (a search then reads only those)."""
+        return [point_id for point_id in point_ids if str(point_id) not in self._points]
+
+    def hits(
+        self,
+        scored: Iterable[tuple[Any, float, Mapping[str, Any] | None]],
+        started: int | None = None,
+    ) -> list[Hit]:
+        """Return hits for (id, score, payload) triples, decoding only the points not held.
+
+        ``started`` is the ``epoch`` before the search ran (default: now). A point neither
+        held nor given a payload (deleted since the search) is left out.
+        """
+        started = self.epoch if started is None else started
         fresh: dict[str, Decoded] = {}
         hits = []
         for point_id, score, payload in scored:
             key = str(point_id)
             held = self._points.get(key) or fresh.get(key)
             if held is None:
-                held = fresh[key] = decoded(point_id, payload or {})
+                if payload is None:
+                    continue
+                held = fresh[key] = decoded(point_id, payload)
             identity, found, text = held
             hits.append(Hit(id=identity, score=score, payload=found, text=text))
         if fresh and self.epoch == started:

@@ -4,7 +4,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import qdrant_edge as qe
@@ -204,12 +204,31 @@ class EdgeSearchIndex:
             self._decoded.written(ids)
 
     async def _search(self, query: qe.Query, scope: ScopeFilter, limit: int) -> list[Hit]:
-        """Run one query in scope and return its hits."""
+        """Run one query in scope and return its hits.
+
+        The query asks for ids and scores only, and the payloads not decoded already are read
+        by id: a query of 40 with payloads took 4.4-4.6 ms here, without them 1.0 ms, and
+        reading 40 payloads by id 0.44 ms (10,000 points in one scope).
+        """
+        started = self._decoded.epoch
         request = qe.QueryRequest(
-            limit=limit, query=query, filter=_edge_filter(scope), with_payload=True
+            limit=limit, query=query, filter=_edge_filter(scope), with_payload=False
         )
         scored = await self._read(self._opened().query, request)
-        return self._decoded.hits((point.id, point.score, point.payload) for point in scored)
+        payloads = await self._payloads(self._decoded.missing(point.id for point in scored))
+        return self._decoded.hits(
+            ((point.id, point.score, payloads.get(str(point.id))) for point in scored), started
+        )
+
+    async def _payloads(self, ids: Sequence[Any]) -> dict[str, dict[str, Any]]:
+        """Return the stored payloads of these points by id (a deleted point has none)."""
+        if not ids:
+            return {}
+        records = await self._read(self._retrieve, list(ids))
+        return {str(record.id): record.payload or {} for record in records}
+
+    def _retrieve(self, ids: list[Any]) -> list[qe.Record]:
+        return self._opened().retrieve(ids, True, False)
 
     async def _read(self, call: Callable[[_Request], _Result], request: _Request) -> _Result:
         """Run a read in a worker thread, or on the event loop if `search_in_thread` is off.
