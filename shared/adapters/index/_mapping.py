@@ -98,7 +98,12 @@ def decoded(point_id: UUID | str | int, payload: Mapping[str, Any]) -> Decoded:
     source = fields.get("source_event_id")
     if source is not None:
         fields["source_event_id"] = UUID(str(source))
-    return UUID(str(point_id)), IndexPayload.model_construct(**fields), text
+    return point_key(point_id), IndexPayload.model_construct(**fields), text
+
+
+def point_key(point_id: UUID | str | int) -> UUID:
+    """Return a point id as the UUID it is (the engine hands UUIDs back; others are parsed)."""
+    return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
 
 
 class DecodedPoints:
@@ -113,7 +118,7 @@ class DecodedPoints:
     def __init__(self, max_points: int = 50_000) -> None:
         """Keep at most ``max_points`` decoded points."""
         self._max_points = max_points
-        self._points: dict[str, Decoded] = {}
+        self._points: dict[UUID, Decoded] = {}
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -122,7 +127,7 @@ class DecodedPoints:
 
     def missing(self, point_ids: Iterable[Any]) -> list[Any]:
         """Return the ids whose decoded payload is not held (a search then reads only those)."""
-        return [point_id for point_id in point_ids if str(point_id) not in self._points]
+        return [point_id for point_id in point_ids if point_key(point_id) not in self._points]
 
     def hits(
         self,
@@ -135,10 +140,10 @@ class DecodedPoints:
         held nor given a payload (deleted since the search) is left out.
         """
         started = self.epoch if started is None else started
-        fresh: dict[str, Decoded] = {}
+        fresh: dict[UUID, Decoded] = {}
         hits = []
         for point_id, score, payload in scored:
-            key = str(point_id)
+            key = point_key(point_id)
             held = self._points.get(key) or fresh.get(key)
             if held is None:
                 if payload is None:
@@ -159,7 +164,7 @@ class DecodedPoints:
             self._points.clear()
             return
         for point_id in ids:
-            self._points.pop(str(point_id), None)
+            self._points.pop(point_key(point_id), None)
 
 
 def point_from_stored(

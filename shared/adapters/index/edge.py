@@ -21,6 +21,7 @@ from memoryd.shared.adapters.index._mapping import (
     MatchAny,
     dense_values,
     point_from_stored,
+    point_key,
     scope_conditions,
     stored_payload,
 )
@@ -216,18 +217,18 @@ class EdgeSearchIndex:
         )
         scored = await self._read(self._opened().query, request)
         payloads = await self._payloads(self._decoded.missing(point.id for point in scored))
-        return self._decoded.hits(
-            ((point.id, point.score, payloads.get(str(point.id))) for point in scored), started
-        )
+        found = ((p.id, p.score, payloads.get(point_key(p.id))) for p in scored)
+        return self._decoded.hits(found, started)
 
-    async def _payloads(self, ids: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    async def _payloads(self, ids: Sequence[Any]) -> dict[UUID, dict[str, Any]]:
         """Return the stored payloads of these points by id (a deleted point has none)."""
         if not ids:
             return {}
         records = await self._read(self._retrieve, list(ids))
-        return {str(record.id): record.payload or {} for record in records}
+        return {point_key(record.id): record.payload or {} for record in records}
 
     def _retrieve(self, ids: list[Any]) -> list[qe.Record]:
+        """Read the points' payloads, without their vectors (blocking)."""
         return self._opened().retrieve(ids, True, False)
 
     async def _read(self, call: Callable[[_Request], _Result], request: _Request) -> _Result:
