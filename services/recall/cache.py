@@ -146,12 +146,14 @@ class RowsByKey:
     ``at(version, scope)`` returns the map of ``scope``'s rows read at ``version``; callers add
     what they read. A newer version empties every map (a write may have changed any row); a
     request at an older version gets a map of its own that nobody keeps, so a row read
-    before a write is never served after it. Past ``max_rows`` rows in all, it starts again.
+    before a write is never served after it. A scope's map past ``max_rows`` starts again,
+    and so does everything past ``max_scopes`` scopes.
     """
 
-    def __init__(self, max_rows: int = 20_000) -> None:
-        """Hold at most about ``max_rows`` rows."""
+    def __init__(self, max_rows: int = 20_000, max_scopes: int = 1_000) -> None:
+        """Hold at most ``max_rows`` rows of a scope and ``max_scopes`` scopes."""
         self._max_rows = max_rows
+        self._max_scopes = max_scopes
         self._version = -1
         self._maps: dict[Hashable, dict[Any, Any]] = {}
 
@@ -159,6 +161,11 @@ class RowsByKey:
         """Return the rows of ``scope`` held at ``version`` (a map to fill)."""
         if version < self._version:
             return {}
-        if version > self._version or sum(map(len, self._maps.values())) > self._max_rows:
+        if version > self._version or (
+            scope not in self._maps and len(self._maps) >= self._max_scopes
+        ):
             self._version, self._maps = version, {}
-        return self._maps.setdefault(scope, {})
+        rows = self._maps.setdefault(scope, {})
+        if len(rows) > self._max_rows:
+            rows.clear()
+        return rows

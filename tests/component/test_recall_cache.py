@@ -234,7 +234,11 @@ def test_rows_read_by_key_are_held_until_their_projection_writes_again() -> None
 
 
 def test_rows_read_by_key_start_again_past_their_bound() -> None:
-    rows = RowsByKey(max_rows=3)
+    rows = RowsByKey(max_rows=3, max_scopes=2)
     rows.at(1, "anna").update({"a": 1, "b": 2, "c": 3, "d": 4})
+    rows.at(1, "bob")["b"] = 2
 
     assert {} == rows.at(1, "anna")
+    assert {"b": 2} == rows.at(1, "bob")
+    rows.at(1, "carol")  # a third scope: every scope starts again
+    assert {} == rows.at(1, "bob")
