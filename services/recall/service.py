@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall.admission import Admission, DeadlinePassed
-from memoryd.services.recall.cache import ReadCache, Versions, read_versions
+from memoryd.services.recall.cache import ReadCache, VersionReads, Versions, read_versions
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tenancy import tenant_refusal
 from memoryd.services.recall.tiers import TierRecall
@@ -103,6 +103,12 @@ class RecallService:
     record: RecordVisit
     admission: Admission = field(default_factory=lambda: Admission.from_settings(Settings()))
     cache: ReadCache = field(default_factory=ReadCache)
+    versions: VersionReads = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Share the versions read among the requests that arrive together."""
+        sessions = self.sessions
+        object.__setattr__(self, "versions", VersionReads(lambda: read_versions(sessions)))
 
     async def handle(self, subject: str, body: bytes) -> bytes:
         """Decode a request received on ``subject``, answer it, and encode the reply.
@@ -144,10 +150,11 @@ class RecallService:
     async def answer(self, request: RecallRequest, now: datetime) -> RecallResponse:
         """Build the memory context for one request and record the segments it visited.
 
-        The versions of every read model it reads are read first, in one query: state
-        cached at those versions is used without asking SQL again.
+        The versions of every read model it reads are read first, in one query shared with
+        the requests that arrived with it (``VersionReads``): state cached at those versions
+        is used without asking SQL again.
         """
-        at = await read_versions(self.sessions)
+        at = await self.versions()
         self.cache.settle(at)
         reply = await self._hybrid(request, now, at)
         reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)

@@ -8,6 +8,7 @@ lives in ``shared.domain.graph``: this module only moves rows.
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -160,7 +161,8 @@ async def _best_hits(
 
     Only the items ``known`` lacks are read; it gains them, and the ones outside the scope.
     """
-    best = sorted(scores, key=lambda item_id: (-scores[item_id], str(item_id)))[: limit * 4]
+    # Ties go by id (a UUID's int orders as its string, without building the string).
+    best = heapq.nsmallest(limit * 4, scores, key=lambda item_id: (-scores[item_id], item_id.int))
     missing = [item_id for item_id in best if item_id not in known]
     if missing:
         known.update(await _items_in_scope(session, scope, missing))
@@ -169,7 +171,7 @@ async def _best_hits(
         for item_id in best
         if (fields := known.get(item_id)) is not None
     ]
-    hits.sort(key=lambda hit: (-hit.score, str(hit.item_id)))
+    hits.sort(key=lambda hit: (-hit.score, hit.item_id.int))
     return hits[:limit]
 
 

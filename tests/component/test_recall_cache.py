@@ -1,6 +1,7 @@
 """Recall's read cache on SQLite: state is read again exactly when its writer changed it."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,7 +11,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.memories.projection import MemoriesProjection
-from memoryd.services.recall.cache import ReadCache, RowsByKey
+from memoryd.services.recall.cache import (
+    ReadCache,
+    RowsByKey,
+    VersionReads,
+    Versions,
+    read_versions,
+)
 from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
@@ -106,6 +113,31 @@ async def test_versions_are_read_in_one_query_zero_for_a_consumer_without_one(
         found = await tracking.versions(session, ("memoryd-mtm", "memoryd-persona"))
 
     assert {"memoryd-mtm": 7, "memoryd-persona": 0} == found
+
+
+async def test_a_request_arriving_after_a_commit_sees_it_though_a_read_before_it_runs(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A shared read that selected before the commit is not the answer of a later request."""
+    selected, release = asyncio.Event(), asyncio.Event()
+
+    async def read() -> Versions:
+        found = await read_versions(sessions)
+        selected.set()
+        await release.wait()
+        return found
+
+    reads = VersionReads(read)
+    early = asyncio.create_task(reads())
+    await selected.wait()
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, "memoryd-stm", 7)
+    late = asyncio.create_task(reads())
+    await asyncio.sleep(0)
+    release.set()
+
+    assert 0 == (await early)["memoryd-stm"]
+    assert 7 == (await late)["memoryd-stm"]
 
 
 async def test_positions_are_read_in_one_query_zero_for_a_consumer_without_one(

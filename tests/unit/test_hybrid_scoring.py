@@ -12,16 +12,19 @@ from memoryd.services.recall.dates import implied_date
 from memoryd.services.recall.hybrid import (
     Candidate,
     Found,
+    HitFields,
     Key,
     Limits,
     Priors,
     Tuning,
     assemble,
     cap_per_session,
+    collect,
     decay,
     rrf,
 )
 from memoryd.services.recall.hybrid import score as score_found
+from memoryd.shared.adapters.index import Hit, IndexPayload
 from memoryd.shared.contracts.recall import PageItem, RetrievedItem, StreamScore, StreamWeights
 from memoryd.shared.domain.text import estimate_tokens
 
@@ -292,3 +295,23 @@ def test_limits_keep_exactly_what_capping_the_whole_ranking_keeps(
     )
 
     assert expected[:limit] == kept
+
+
+def _hit(point: uuid.UUID, text: str, of: uuid.UUID | None = None) -> Hit:
+    extra = {"of": str(of)} if of else {}
+    payload = IndexPayload(tenant="t", user_id="u", kind="turn", occurred_at=0.0, extra=extra)
+    return Hit(id=point, score=0.5, payload=payload, text=text)
+
+
+def test_what_a_point_shows_is_derived_again_when_a_write_replaced_its_payload() -> None:
+    """The same stored payload is derived once; a rewritten point shows its new text."""
+    derived = HitFields()
+    before = _hit(A, "the old text", of=B)
+    first = collect({"bm25": [before]}, derived)
+    again = collect({"dense": [Hit(A, 0.9, before.payload, before.text)]}, derived)
+    rewritten = collect({"bm25": [_hit(A, "the new text", of=B)]}, derived)
+
+    assert first.candidates[B].fields is again.candidates[B].fields
+    assert "the old text" == first.candidates[B].fields["text"]
+    assert "the new text" == rewritten.candidates[B].fields["text"]
+    assert {A: B} == {point: key.item_id for point, key in rewritten.keys.items()}
