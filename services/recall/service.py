@@ -156,8 +156,14 @@ class RecallService:
         """
         at = await self.versions()
         self.cache.settle(at)
-        reply = await self._hybrid(request, now, at)
-        reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)
+        # The tiers' reads (segments, their pages) run while the streams wait on the model
+        # and the index; both ask for the query's vector, which the model computes once.
+        reply, found = await asyncio.gather(
+            self._hybrid(request, now, at), self.tiers.find(self.sessions, request, at)
+        )
+        reply, visited = await self.tiers.enrich(
+            self.sessions, request, reply, found, now=now, at=at
+        )
         if visited is not None:
             await self.record(visited)
         return reply

@@ -1,6 +1,7 @@
 """Tests for CachedEmbedder's de-duplication, ordering and stats, and the LRU memory store."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
+import asyncio
 import hashlib
 
 import numpy as np
@@ -11,7 +12,7 @@ from memoryd.shared.adapters.embeddings import (
     MemoryEmbeddingStore,
     content_hash,
 )
-from tests.fakes import HashEmbedder
+from tests.fakes import HashEmbedder, SlowEmbedder
 
 DIMENSION = 8
 
@@ -35,6 +36,49 @@ async def test_duplicates_within_a_call_are_embedded_once() -> None:
     await CachedEmbedder(inner, MemoryEmbeddingStore()).embed(["x", "y", "x", "x"])
 
     assert [["x", "y"]] == inner.calls
+
+
+async def test_a_text_another_call_is_embedding_is_waited_for_not_embedded_again() -> None:
+    """Two calls at once for one query: the model sees it once, both get its vector."""
+    inner = SlowEmbedder(DIMENSION)
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore())
+
+    first, second = await asyncio.gather(
+        cache.embed(["the query"]), cache.embed(["the query", "x"])
+    )
+
+    assert [["the query"], ["x"]] == inner.calls
+    np.testing.assert_array_equal(first[0], second[0])
+
+
+async def test_a_failed_embedding_reaches_the_calls_that_waited_for_it() -> None:
+    """A call waiting on another's text gets that model's error; the text is not held."""
+    inner = SlowEmbedder(DIMENSION)
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore())
+
+    failed = await asyncio.gather(
+        cache.embed(["boom"]), cache.embed(["boom"]), return_exceptions=True
+    )
+    inner.calls.clear()
+
+    assert [RuntimeError, RuntimeError] == [type(error) for error in failed]
+    assert [] == [text for text in ["boom"] if text in inner.calls]
+    assert 1 == len(await cache.embed(["fine"]))
+
+
+async def test_a_call_waiting_on_a_cancelled_one_embeds_the_text_itself() -> None:
+    """Cancelling the call that was embedding a text does not fail the call waiting on it."""
+    inner = SlowEmbedder(DIMENSION)
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore())
+
+    owner = asyncio.ensure_future(cache.embed(["the query"]))
+    await asyncio.sleep(0)
+    waiter = asyncio.ensure_future(cache.embed(["the query"]))
+    await asyncio.sleep(0)
+    owner.cancel()
+
+    assert (1, DIMENSION) == (await waiter).shape
+    assert [["the query"], ["the query"]] == inner.calls
 
 
 async def test_a_second_call_embeds_only_new_texts() -> None:

@@ -4,6 +4,7 @@ The SQL store outlives the process, so replaying the event log rebuilds the sear
 without running the model again.
 """
 
+import asyncio
 import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -69,6 +70,8 @@ class CachedEmbedder:
         self._batch_size = batch_size
         self._hits = 0
         self._misses = 0
+        # Misses being embedded now: a call that misses the same text waits for that vector.
+        self._embedding: dict[str, asyncio.Future[Vector]] = {}
 
     @property
     def model_name(self) -> str:
@@ -93,10 +96,44 @@ class CachedEmbedder:
         distinct = dict(zip(hashes, texts, strict=True))
         vectors = await self._store.get_many(self.model_name, list(distinct))
         missing = [(key, text) for key, text in distinct.items() if key not in vectors]
-        vectors.update(await self._embed_and_store(missing))
-        self._hits += len(distinct) - len(missing)
-        self._misses += len(missing)
+        joined = {key: self._embedding[key] for key, _ in missing if key in self._embedding}
+        own = [(key, text) for key, text in missing if key not in joined]
+        vectors.update(await self._embed_own(own))
+        for key, pending in joined.items():
+            try:
+                vectors[key] = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this call was cancelled, not the one it waited on
+                vectors.update(await self._embed_own([(key, distinct[key])]))
+        self._hits += len(distinct) - len(own)
+        self._misses += len(own)
         return np.stack([vectors[key] for key in hashes])
+
+    async def _embed_own(self, missing: Sequence[tuple[str, str]]) -> dict[str, Vector]:
+        """Embed and store ``missing``, letting concurrent calls for the same texts wait on it."""
+        if not missing:
+            return {}
+        loop = asyncio.get_running_loop()
+        pending = {key: loop.create_future() for key, _ in missing}
+        self._embedding.update(pending)
+        try:
+            fresh = await self._embed_and_store(missing)
+        except asyncio.CancelledError:
+            for future in pending.values():
+                future.cancel()  # a waiting call embeds the text itself
+            raise
+        except Exception as error:
+            for future in pending.values():
+                future.set_exception(error)
+                future.exception()  # retrieved: raised to each waiter, logged by none
+            raise
+        finally:
+            for key in pending:
+                self._embedding.pop(key, None)
+        for key, future in pending.items():
+            future.set_result(fresh[key])
+        return fresh
 
     async def _embed_and_store(self, missing: Sequence[tuple[str, str]]) -> dict[str, Vector]:
         # Store batch by batch so a failure late in a long replay keeps the work already done.
