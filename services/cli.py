@@ -21,7 +21,7 @@ from rich.console import Console
 from memoryd.services import erasure, lifecycle, people, tenants
 from memoryd.services.bootstrap import ALL_COMPONENTS, Stack, start_stack
 from memoryd.services.cluster import cluster_up
-from memoryd.services.runtime.heap import freeze_startup_heap
+from memoryd.services.runtime.heap import collect_less_often, freeze_startup_heap
 from memoryd.services.runtime.progress import terminal_progress
 from memoryd.shared.adapters.dead_letters import (
     DeadLetterGroup,
@@ -55,6 +55,7 @@ async def cmd_up(settings: Settings, components: Sequence[str]) -> None:
     """Run the stack until Ctrl-C or SIGTERM, then shut everything down."""
     stack = await start_stack(settings, components)  # type: ignore[arg-type]
     log.info("startup_heap_frozen", objects=freeze_startup_heap())
+    collect_less_often()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url_file = _url_file(settings)
     url_file.write_text(public_url(stack.nats_url) + "\n")
