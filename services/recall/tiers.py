@@ -376,7 +376,8 @@ class TierRecall:
     ) -> TiersFound:
         """Read the user's segments and persona; rank the segments and read their pages.
 
-        Independent of the hybrid streams: recall runs the two at once.
+        Needs nothing the hybrid streams return; recall runs it after them (see
+        ``RecallService.answer`` for why not beside them).
         """
         segments, persona = await self._state(sessions, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)

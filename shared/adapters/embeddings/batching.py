@@ -61,8 +61,8 @@ class BatchingEmbedder:
             live = [waiting for waiting in batch if not waiting.reply.done()]  # not cancelled
             if not live:
                 continue
-            # A text asked twice in one call (recall's streams and tiers ask for the same
-            # query at once) is embedded once.
+            # A text asked twice in one call (two requests with the same query at once) is
+            # embedded once.
             distinct = {text: row for row, text in enumerate(dict.fromkeys(_texts(live)))}
             try:
                 rows = await self._inner.embed(list(distinct))
