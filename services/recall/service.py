@@ -161,10 +161,7 @@ class RecallService:
         # one padded model call, whose vectors differ from a lone call's in the last bits:
         # enough to move `memoryd bench retrieval` (recall_any@5 0.940 -> 0.937, measured).
         reply = await self._hybrid(request, now, at)
-        found = await self.tiers.find(self.sessions, request, at)
-        reply, visited = await self.tiers.enrich(
-            self.sessions, request, reply, found, now=now, at=at
-        )
+        reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)
         if visited is not None:
             await self.record(visited)
         return reply

@@ -235,7 +235,7 @@ def render_tiers(context: MemoryOsContext, max_tokens: int) -> tuple[MemoryOsCon
 
 
 @dataclass(frozen=True, slots=True)
-class TiersFound:
+class _Found:
     """What recall read of a user's tiers: the query's vector, top segments and their pages."""
 
     query_vec: Vector | None
@@ -245,7 +245,7 @@ class TiersFound:
 
 
 def ranked_tiers(
-    found: TiersFound, k: int
+    found: _Found, k: int
 ) -> tuple[list[Ranked[lpm.Fact]], list[Ranked[lpm.Fact]], list[Ranked[_Page]]]:
     """Rank facts, agent traits and pages by the query (no query: the newest facts, no pages)."""
     view = found.persona
@@ -339,17 +339,15 @@ class TierRecall:
         sessions: async_sessionmaker[AsyncSession],
         request: RecallRequest,
         response: RecallResponse,
-        found: TiersFound,
-        *,
         now: datetime,
         at: Versions,
     ) -> tuple[RecallResponse, SegmentsVisited | None]:
-        """Add the tiers ``find`` found to ``response``; return it and the visit to record.
+        """Add the tiers to ``response``; return it and the visit to record (None: none).
 
         ``at`` holds the versions of the read models, read before this request read any.
-        The visit is None when no segment was used.
         """
         pages = await self._with_chains(sessions, response.pages, at)
+        found = await self._find(sessions, request, at)
         remaining = max(0, request.max_tokens - response.tokens)
         context, block, tokens = render_tiers(self._context(found, now), remaining)
         enriched = with_tiers(response, pages, context, block, tokens)
@@ -371,19 +369,15 @@ class TierRecall:
         )
         return with_meta_chains(pages, chains)
 
-    async def find(
+    async def _find(
         self, sessions: async_sessionmaker[AsyncSession], request: RecallRequest, at: Versions
-    ) -> TiersFound:
-        """Read the user's segments and persona; rank the segments and read their pages.
-
-        Needs nothing the hybrid streams return; recall runs it after them (see
-        ``RecallService.answer`` for why not beside them).
-        """
+    ) -> _Found:
+        """Read the user's segments and persona; rank the segments and read their pages."""
         segments, persona = await self._state(sessions, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
         pages = await self._pages(sessions, [entry.item.id for entry in top], at[MTM])
-        return TiersFound(query_vec, top, pages, persona)
+        return _Found(query_vec, top, pages, persona)
 
     async def _pages(
         self,
@@ -436,7 +430,7 @@ class TierRecall:
         keywords = await self._keywords.page_keywords(PageText(query=query, response=""))
         return segments.rank(query_vec, keywords, self._params.top_m)
 
-    def _context(self, found: TiersFound, now: datetime) -> MemoryOsContext:
+    def _context(self, found: _Found, now: datetime) -> MemoryOsContext:
         persona, provenance = found.persona, found.persona.provenance
         by_segment = segment_provenance(found.pages)
         knowledge, agent, pages = ranked_tiers(found, self._params.top_k)

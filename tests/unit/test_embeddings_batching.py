@@ -36,27 +36,10 @@ async def test_a_model_call_holds_at_most_max_texts() -> None:
     batching = BatchingEmbedder(inner, max_texts=3)
 
     await asyncio.gather(*(batching.embed([f"t{n}", f"u{n}"]) for n in range(5)))
-    await batching.embed([f"x{n}" for n in range(7)])
+    await batching.embed(["x"] * 7)
 
     assert all(len(call) <= 3 for call in inner.calls[:-1])
     assert 7 == len(inner.calls[-1])
-
-
-async def test_a_text_asked_by_callers_waiting_together_is_embedded_once() -> None:
-    """The same query from two callers (recall's streams and tiers) is one text to the model."""
-    inner = SlowEmbedder()
-    batching = BatchingEmbedder(inner)
-    await batching.embed(["busy"])  # warm: the next callers wait together behind a call
-
-    busy = asyncio.ensure_future(batching.embed(["the model is busy"]))
-    await asyncio.sleep(0)
-    asks = [["what did I cook", "pasta"], ["what did I cook"], ["pasta", "what did I cook"]]
-    answers = await asyncio.gather(*(batching.embed(texts) for texts in asks))
-    await busy
-
-    for texts, rows in zip(asks, answers, strict=True):
-        np.testing.assert_array_equal(_rows(texts), rows)
-    assert [["what did I cook", "pasta"]] == inner.calls[2:]
 
 
 async def test_a_model_error_reaches_its_callers_and_later_calls_still_work() -> None:

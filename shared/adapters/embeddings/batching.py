@@ -61,19 +61,19 @@ class BatchingEmbedder:
             live = [waiting for waiting in batch if not waiting.reply.done()]  # not cancelled
             if not live:
                 continue
-            # A text asked twice in one call (two requests with the same query at once) is
-            # embedded once.
-            distinct = {text: row for row, text in enumerate(dict.fromkeys(_texts(live)))}
             try:
-                rows = await self._inner.embed(list(distinct))
+                rows = await self._inner.embed([text for w in live for text in w.texts])
             except Exception as error:  # every caller of this call gets the model's error
                 for waiting in live:
                     if not waiting.reply.done():
                         waiting.reply.set_exception(error)
                 continue
+            start = 0
             for waiting in live:
+                end = start + len(waiting.texts)
                 if not waiting.reply.done():
-                    waiting.reply.set_result(rows[[distinct[text] for text in waiting.texts]])
+                    waiting.reply.set_result(rows[start:end])
+                start = end
 
     def _take(self) -> list[_Waiting]:
         """Take the waiting calls, oldest first, up to ``max_texts`` texts (at least one call)."""
@@ -85,7 +85,3 @@ class BatchingEmbedder:
             count += len(waiting.texts)
         batch, self._waiting = self._waiting[:taken], self._waiting[taken:]
         return batch
-
-
-def _texts(calls: Sequence[_Waiting]) -> list[str]:
-    return [text for waiting in calls for text in waiting.texts]
