@@ -16,11 +16,20 @@ collected ~250 times and the middle one ~22 times in the same run. Serving raise
 (``SERVING_THRESHOLDS``): the same run then made ~11 young passes and no full one (collector
 time 85-100 -> 18-22 ms, p99 48 -> 41-46 ms). Full passes still come, rarer; cyclic garbage
 waits a little longer to be freed (the young generation holds up to 10,000 objects).
+
+A replay is the same shape at a larger scale: the decoded log (every event, alive until the
+replay ends) is walked by each full pass and promoted through the generations by the young
+ones, while the folds allocate thousands of short-lived objects an event. ``folding``
+collects less often for its duration and lets the replay freeze the decoded log: 5,700
+events replayed at 4,280-5,230 events/s with CPython's thresholds, 5,460-5,980 with both
+(three runs each, alternating; see docs/architecture.md "Replay").
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 SERVING_THRESHOLDS = (10_000, 20, 20)
 
@@ -40,3 +49,21 @@ def collect_less_often(thresholds: tuple[int, int, int] = SERVING_THRESHOLDS) ->
     before = gc.get_threshold()
     gc.set_threshold(*thresholds)
     return before
+
+
+@contextmanager
+def folding(thresholds: tuple[int, int, int] = SERVING_THRESHOLDS) -> Iterator[Callable[[], None]]:
+    """Collect less often inside; the function yielded freezes every object alive then.
+
+    Call it once what lives to the end is built (a replay's decoded log). On exit the
+    thresholds are restored, and the objects frozen inside go back to the collector unless
+    some were frozen before (``memoryd up``'s start-up heap stays frozen either way).
+    """
+    before = collect_less_often(thresholds)
+    frozen_before = gc.get_freeze_count()
+    try:
+        yield gc.freeze
+    finally:
+        gc.set_threshold(*before)
+        if not frozen_before:
+            gc.unfreeze()

@@ -21,6 +21,7 @@ from nats.js.errors import NotFoundError
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from memoryd.services.runtime import heap
 from memoryd.services.runtime.projection import (
     DeadLetter,
     Positioned,
@@ -206,11 +207,13 @@ async def replay(
     """
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
-    events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
-    await drop_owned(engine, sessions, projections)
-    folded = await fold(
-        sessions, projections, events, targets, batch_size=batch_size, progress=progress
-    )
+    with heap.folding() as freeze:
+        events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
+        freeze()  # the decoded log lives to the end: no collector pass walks it again
+        await drop_owned(engine, sessions, projections)
+        folded = await fold(
+            sessions, projections, events, targets, batch_size=batch_size, progress=progress
+        )
     seconds = time.perf_counter() - started
     checksums = await read_model_checksums(engine, owned_tables(projections))
     log.info(
