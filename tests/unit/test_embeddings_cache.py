@@ -66,6 +66,24 @@ async def test_a_failed_embedding_reaches_the_calls_that_waited_for_it() -> None
     assert 1 == len(await cache.embed(["fine"]))
 
 
+async def test_a_later_batch_failing_leaves_the_stored_batches_to_their_waiters() -> None:
+    """Misses go to the model in batches: a call waiting on a text of a batch that was
+    stored gets its vector even when a later batch of the same call fails."""
+    inner = SlowEmbedder(DIMENSION)
+    cache = CachedEmbedder(inner, MemoryEmbeddingStore(), batch_size=2)
+
+    owner = asyncio.ensure_future(cache.embed(["one", "two", "boom"]))
+    await asyncio.sleep(0)
+    waiter = asyncio.ensure_future(cache.embed(["two"]))
+    outcomes = await asyncio.gather(owner, waiter, return_exceptions=True)
+
+    assert RuntimeError is type(outcomes[0])
+    np.testing.assert_array_equal(np.full((1, DIMENSION), 3.0), outcomes[1])
+    assert [["one", "two"], ["boom"]] == inner.calls  # the waiter did not embed "two" again
+    assert 2 == (await cache.embed(["one", "two"])).shape[0]
+    assert [["one", "two"], ["boom"]] == inner.calls  # both were stored by the failed call
+
+
 async def test_a_call_waiting_on_a_cancelled_one_embeds_the_text_itself() -> None:
     """Cancelling the call that was embedding a text does not fail the call waiting on it."""
     inner = SlowEmbedder(DIMENSION)

@@ -111,38 +111,39 @@ class CachedEmbedder:
         return np.stack([vectors[key] for key in hashes])
 
     async def _embed_own(self, missing: Sequence[tuple[str, str]]) -> dict[str, Vector]:
-        """Embed and store ``missing``, letting concurrent calls for the same texts wait on it."""
+        """Embed and store ``missing``, letting concurrent calls for the same texts wait on it.
+
+        Batch by batch: a failure late in a long replay keeps the batches already stored,
+        and a call waiting on a text gets its vector once that text's batch is stored (a
+        later batch's error reaches only the calls waiting on that batch's texts).
+        """
         if not missing:
             return {}
         loop = asyncio.get_running_loop()
         pending = {key: loop.create_future() for key, _ in missing}
         self._embedding.update(pending)
+        fresh: dict[str, Vector] = {}
         try:
-            fresh = await self._embed_and_store(missing)
+            for batch in chunked(missing, self._batch_size):
+                rows = await self._inner.embed([text for _, text in batch])
+                embedded = {key: row for (key, _), row in zip(batch, rows, strict=True)}
+                await self._store.put_many(self.model_name, embedded)
+                fresh.update(embedded)
+                for key, row in embedded.items():
+                    pending[key].set_result(row)
         except asyncio.CancelledError:
             for future in pending.values():
-                future.cancel()  # a waiting call embeds the text itself
+                future.cancel()  # a waiting call embeds the text itself (no-op once resolved)
             raise
         except Exception as error:
             for future in pending.values():
-                future.set_exception(error)
-                future.exception()  # retrieved: raised to each waiter, logged by none
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved: raised to each waiter, logged by none
             raise
         finally:
             for key in pending:
                 self._embedding.pop(key, None)
-        for key, future in pending.items():
-            future.set_result(fresh[key])
-        return fresh
-
-    async def _embed_and_store(self, missing: Sequence[tuple[str, str]]) -> dict[str, Vector]:
-        # Store batch by batch so a failure late in a long replay keeps the work already done.
-        fresh: dict[str, Vector] = {}
-        for batch in chunked(missing, self._batch_size):
-            rows = await self._inner.embed([text for _, text in batch])
-            embedded = {key: row for (key, _), row in zip(batch, rows, strict=True)}
-            await self._store.put_many(self.model_name, embedded)
-            fresh.update(embedded)
         return fresh
 
 
