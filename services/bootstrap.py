@@ -335,6 +335,7 @@ async def _built_index(
         api_key=revealed(settings.qdrant_api_key),
         collection=settings.qdrant_collection,
         auto_optimize_every=settings.index_optimize_every,
+        segment_points=settings.index_segment_points,
     )
     await _open_index(index, settings, embedder)
     exit_stack.push_async_callback(index.close)

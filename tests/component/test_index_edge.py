@@ -113,3 +113,33 @@ async def test_concurrent_searches_writes_and_optimize(
     await index.close()
     assert [5] * 8 == [len(hits) for hits in found]
     assert 400 == count
+
+
+def _wide_points(count: int, seed: int, dimension: int = 384) -> list[IndexPoint]:
+    """Return points of MiniLM's width: Edge indexes a segment only past ~10,000 KB."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((count, dimension)).astype(np.float32)
+    payload = IndexPayload(tenant="acme", user_id="ann", kind="turn", occurred_at=1.0)
+    return [IndexPoint(id=uuid4(), dense=v, text="ferry", payload=payload) for v in vectors]
+
+
+@pytest.mark.parametrize(("segment_points", "segments"), [(None, 2), (7_000, 3)])
+async def test_bounded_segments_keep_what_was_indexed_and_index_only_what_is_new(
+    tmp_path: Path, segment_points: int | None, segments: int
+) -> None:
+    """Unbounded, the second optimisation merges everything into one rebuilt segment (its
+    time grows with the index); bounded, it indexes the new points into a segment of their
+    own. Every point is found either way."""
+    index = EdgeSearchIndex(tmp_path, 384, segment_points=segment_points)
+    await index.ensure_collection()
+    first, second = _wide_points(8_000, seed=1), _wide_points(8_000, seed=2)
+    await index.upsert(first)
+    await index.optimize()
+    await index.upsert(second)
+    await index.optimize()
+    found = await index.search_dense(second[5].dense, ACME, limit=1)
+    count = await index.count(ACME)
+    info = index._opened().info()
+    await index.close()
+    assert (segments, 16_000) == (info.segments_count, info.points_count)
+    assert ([second[5].id], 16_000) == ([hit.id for hit in found], count)

@@ -36,15 +36,21 @@ def build_index(
     collection: str = "memoryd",
     avg_len: float = DEFAULT_AVG_LEN,
     auto_optimize_every: int | None = None,
+    segment_points: int | None = None,
 ) -> SearchIndex:
     """Return an unopened index: Qdrant Edge at `path` without a URL, a Qdrant server with one.
 
-    Open it with `ensure_collection()`. `path` and `auto_optimize_every` apply to Edge only (a
-    server optimises in the background); `api_key` and `collection` to a server only.
+    Open it with `ensure_collection()`. `path`, `auto_optimize_every` and `segment_points`
+    apply to Edge only (a server optimises in the background); `api_key` and `collection` to
+    a server only.
     """
     if url is None:
         return EdgeSearchIndex(
-            path, dimension, avg_len=avg_len, auto_optimize_every=auto_optimize_every
+            path,
+            dimension,
+            avg_len=avg_len,
+            auto_optimize_every=auto_optimize_every,
+            segment_points=segment_points,
         )
     # Imported here: qdrant-client costs about a second and ~40 MB, and only a server needs it.
     from memoryd.shared.adapters.index.server import QdrantServerIndex

@@ -54,6 +54,13 @@ class EdgeSearchIndex:
     Call it after a bulk load, or pass `auto_optimize_every` to run it after every that many
     upserted points. Every engine call runs in a worker thread (see `_read` for the
     measurement behind that for searches; writes and optimisation can take seconds).
+
+    `segment_points` bounds a segment's size (about that many points): without a bound the
+    optimiser merged every new point into one segment and rebuilt its HNSW, so each pass
+    took longer as the index grew, with the GIL held throughout (random 384-d vectors, one
+    pass per 20,000 points: 15.5, 44.7, 50.4 s unbounded; 15.4, 15.2, 16.4 s bounded at
+    20,000). Bounded, a pass indexes only what is new; a dense search goes over a few more
+    segments (60,000 points in one scope: p50 5.8 ms against 4.0 ms; sparse 1.7 ms either way).
     """
 
     def __init__(
@@ -63,6 +70,7 @@ class EdgeSearchIndex:
         *,
         avg_len: float = DEFAULT_AVG_LEN,
         auto_optimize_every: int | None = None,
+        segment_points: int | None = None,
         search_in_thread: bool = True,
     ) -> None:
         """Describe the index; nothing is opened until `ensure_collection()`."""
@@ -70,10 +78,13 @@ class EdgeSearchIndex:
             raise ValueError(f"dimension must be positive, got {dimension}")
         if auto_optimize_every is not None and auto_optimize_every <= 0:
             raise ValueError(f"auto_optimize_every must be positive, got {auto_optimize_every}")
+        if segment_points is not None and segment_points <= 0:
+            raise ValueError(f"segment_points must be positive, got {segment_points}")
         self._path = Path(path)
         self._dimension = dimension
         self._avg_len = avg_len
         self._auto_optimize_every = auto_optimize_every
+        self._segment_points = segment_points
         self._search_in_thread = search_in_thread
         self._upserted_since_optimize = 0
         self._shard: qe.EdgeShard | None = None
@@ -171,9 +182,10 @@ class EdgeSearchIndex:
 
     def _open(self) -> qe.EdgeShard:
         """Load the shard if the folder holds one, else create it; then add missing indexes."""
-        config = _edge_config(self._dimension)
+        config = _edge_config(self._dimension, self._segment_points)
         if (self._path / _CONFIG_FILE).exists():
-            # Passing the config makes Edge refuse a shard built with another dimension.
+            # Passing the config makes Edge refuse a shard built with another dimension, and
+            # applies the segment bound to a shard created without one.
             shard = qe.EdgeShard.load(str(self._path), config)
             _log.info("edge_index.loaded", path=str(self._path), points=shard.info().points_count)
         else:
@@ -261,12 +273,29 @@ class EdgeSearchIndex:
         return qe.Point(point.id, vectors, stored_payload(point))
 
 
-def _edge_config(dimension: int) -> qe.EdgeConfig:
-    """Return the shard layout: a cosine dense vector and a BM25 sparse vector with IDF."""
+def segment_kilobytes(points: int, dimension: int) -> int:
+    """Return the segment size Edge's optimiser is given for ``points`` dense float32 vectors.
+
+    Qdrant sizes segments in kilobytes of vector data: 20,000 points of 384 floats are 30,000.
+    """
+    return max(1, points * dimension * 4 // 1024)
+
+
+def _edge_config(dimension: int, segment_points: int | None = None) -> qe.EdgeConfig:
+    """Return the shard layout: a cosine dense vector and a BM25 sparse vector with IDF.
+
+    With ``segment_points``, segments stop growing at about that many points.
+    """
+    optimizers = None
+    if segment_points is not None:
+        optimizers = qe.EdgeOptimizersConfig(
+            max_segment_size=segment_kilobytes(segment_points, dimension)
+        )
     return qe.EdgeConfig(
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000),
+        optimizers=optimizers,
     )
 
 
