@@ -19,11 +19,14 @@ import tempfile
 from pathlib import Path
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# Part of the export's name: an export made another way is made again, not reused.
+_EXPORT_FORMAT = "eager-attention"
 
 
 def export_name(model_dir: Path, name: str, *, int8: bool) -> str:
     """Return the file name of ``model_dir``'s export: its config and weights' size hashed."""
     digest = hashlib.sha256((model_dir / "config.json").read_bytes())
+    digest.update(_EXPORT_FORMAT.encode())
     for weights in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
         digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
     suffix = "-int8" if int8 else ""
@@ -63,7 +66,13 @@ def _export_fp32(model_dir: Path, target: Path) -> None:
     import torch
     from transformers import AutoModel
 
-    bert = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+    # Eager attention exports a smaller graph than SDPA's (no mask arithmetic per layer: as
+    # ONNX Runtime optimises them, 19 Gather and 9 Shape nodes instead of 43 and 27, no Where)
+    # and ONNX Runtime fuses its GELU. Same vectors (max difference 3e-7); 2,424 LongMemEval
+    # keys, two threads: 78-79 -> 84-87 texts/s here.
+    bert = AutoModel.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    ).eval()
 
     class HiddenStates(torch.nn.Module):
         def __init__(self) -> None:
