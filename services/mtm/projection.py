@@ -129,6 +129,9 @@ class MtmProjection:
     ) -> Effects:
         """Decide on evictions and visits (live) or fold the recorded decisions (replay)."""
         state = MtmBatch(session, self._params)
+        await state.look_up_pages(
+            item.event.turn_id for item in batch if isinstance(item.event, PageEvicted | PageFiled)
+        )
         effects = Effects()
         vectors = await self._page_vectors(batch) if live else {}
         for item in batch:

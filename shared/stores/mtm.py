@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -26,10 +26,14 @@ async def load_segments(session: AsyncSession, tenant: str, user_id: str) -> lis
     return [Segment.from_json(state) for (state,) in rows]
 
 
-async def page_filed(session: AsyncSession, turn_id: uuid.UUID) -> bool:
-    """Return whether the page is in a segment."""
-    found = await session.execute(select(mtm_pages.c.turn_id).where(mtm_pages.c.turn_id == turn_id))
-    return found.first() is not None
+async def filed_pages(session: AsyncSession, turn_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Return which of these pages are in a segment."""
+    if not turn_ids:
+        return set()
+    found = await session.execute(
+        select(mtm_pages.c.turn_id).where(mtm_pages.c.turn_id.in_(list(turn_ids)))
+    )
+    return {turn_id for (turn_id,) in found}
 
 
 async def round_pages(session: AsyncSession, segment: Segment) -> list[dict[str, Any]]:
