@@ -477,14 +477,19 @@ def build_memoryos_projections(
     return projections
 
 
-def indexer_projection(settings: Settings, retrieval: Retrieval) -> IndexerProjection:
-    """Return the indexer over the index and the workers' embedder, with the keys settings ask."""
-    keys = KeyOptions(
+def key_options(settings: Settings) -> KeyOptions:
+    """Return the index keys a turn gets, as the settings ask."""
+    return KeyOptions(
         windows=settings.index_window_keys,
         facts=settings.index_fact_keys,
         agent_facts=settings.index_agent_facts,
+        composed_windows=settings.index_window_vectors == "composed",
     )
-    return IndexerProjection(retrieval.index, retrieval.embedder, keys)
+
+
+def indexer_projection(settings: Settings, retrieval: Retrieval) -> IndexerProjection:
+    """Return the indexer over the index and the workers' embedder, with the keys settings ask."""
+    return IndexerProjection(retrieval.index, retrieval.embedder, key_options(settings))
 
 
 def build_projections(

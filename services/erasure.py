@@ -101,7 +101,7 @@ def embedded_texts(events: Iterable[AnyEvent]) -> set[str]:
     events = list(events)
     indexed = [e for e in events if isinstance(e, TurnRecorded | MemoryRemembered)]
     operations, _ = plan(indexed, None, ALL_KEYS)
-    texts = {op.text for op in operations if isinstance(op, Upsert)}
+    texts = {text for op in operations if isinstance(op, Upsert) for text in op.texts()}
     for event in events:
         if isinstance(event, PageEvicted | PageFiled):
             texts.add(page_text(event.query, event.response))

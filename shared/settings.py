@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     # Extra index keys of a turn (each maps back to the turn): the previous short turn joined
     # to it, and its first-person sentences. Changing these needs a replay of the indexer.
     index_window_keys: bool = True
+    # A window's dense vector: embedded by the model ("model"), or composed from its two
+    # turns' vectors ("composed": no model call; windows were ~40% of the tokens the model
+    # embedded per LongMemEval turn). BM25 reads the window's text either way.
+    index_window_vectors: Literal["model", "composed"] = "model"
     index_fact_keys: bool = True
     # Also take facts from the response side (when the "agent" is a person in a transcript).
     index_agent_facts: bool = False

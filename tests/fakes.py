@@ -60,6 +60,7 @@ class CountingEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.texts = 0
+        self.asked: list[str] = []
 
     @property
     def model_name(self) -> str:
@@ -71,4 +72,5 @@ class CountingEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         self.texts += len(texts)
+        self.asked += texts
         return await self.inner.embed(texts)

@@ -32,8 +32,8 @@ from memoryd.services.bench.peers import (
     side_main,
     tree_peak_rss_mb,
 )
-from memoryd.services.bootstrap import build_model
-from memoryd.services.indexer.items import Upsert, plan
+from memoryd.services.bootstrap import build_model, key_options
+from memoryd.services.indexer.items import KeyOptions, Upsert, plan
 from memoryd.shared.adapters.embedded_nats import free_port
 from memoryd.shared.adapters.nats_log import NatsUnavailable
 from memoryd.shared.client import MemoryClient
@@ -177,15 +177,16 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
     return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
 
 
-def key_texts(texts: Sequence[str]) -> list[str]:
+def key_texts(texts: Sequence[str], keys: KeyOptions) -> list[str]:
     """Return the distinct texts the indexer embeds for these turns, one conversation."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     turns = [
         TurnRecorded(occurred_at=start + timedelta(seconds=n), scope=SCOPE, query=text, response="")
         for n, text in enumerate(texts)
     ]
-    operations, _ = plan(turns)
-    return list(dict.fromkeys(op.text for op in operations if isinstance(op, Upsert)))
+    operations, _ = plan(turns, None, keys)
+    embedded = (text for op in operations if isinstance(op, Upsert) for text in op.texts())
+    return list(dict.fromkeys(embedded))
 
 
 def pipeline_share(write_rate: float, keys_per_turn: float, model_rate: float) -> float:
@@ -196,8 +197,9 @@ def pipeline_share(write_rate: float, keys_per_turn: float, model_rate: float) -
 async def model_alone(workload: Workload, options: PeerOptions) -> Figures:
     """Time the configured model alone on the keys of the first n-write turns (memoryd down)."""
     texts = [workload.text(n) for n in range(options.n_write)]
-    keys = key_texts(texts)
-    model = build_model(Settings(), "workers")
+    settings = Settings()
+    keys = key_texts(texts, key_options(settings))
+    model = build_model(settings, "workers")
     await model.embed(["warm-up"])
     started = time.perf_counter()
     await model.embed(keys)

@@ -18,6 +18,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from memoryd.shared.adapters.index import IndexPayload, Kind, ScopeFilter
 from memoryd.shared.contracts.catalog import AnyEvent
 from memoryd.shared.contracts.events import (
@@ -36,11 +39,35 @@ from memoryd.shared.domain.memories import memory_identity
 
 @dataclass(frozen=True, slots=True)
 class Upsert:
-    """Embed ``text`` and store it as point ``id`` (replacing any point with that id)."""
+    """Embed ``text`` and store it as point ``id`` (replacing any point with that id).
+
+    With ``parts``, the dense vector is composed from the parts' vectors (``composed``)
+    instead of embedding ``text``, which is still what BM25 and the payload hold.
+    """
 
     id: uuid.UUID
     text: str
     payload: IndexPayload
+    parts: tuple[str, ...] = ()
+
+    def texts(self) -> tuple[str, ...]:
+        """Return the texts the model embeds for this point."""
+        return self.parts or (self.text,)
+
+
+def composed(vectors: Sequence[npt.NDArray[np.float32]], texts: Sequence[str]) -> Vector:
+    """Return the unit vector of the parts' unit vectors, each weighted by the square root
+    of its word count.
+
+    A window's own embedding is close to this (mean cosine 0.95 over 258 LongMemEval
+    windows; 0.94 with equal weights or weights by word count), at no model cost: its
+    parts are turns, embedded as turn keys anyway.
+    """
+    weights = np.sqrt(np.array([max(1, len(text.split())) for text in texts], dtype=np.float32))
+    total = (np.stack(vectors).astype(np.float32) * weights[:, None]).sum(axis=0)
+    norm = float(np.linalg.norm(total))
+    unit: Vector = total / norm if norm > 0 else total
+    return unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +85,7 @@ class DeleteWhere:
 
 
 Operation = Upsert | Delete | DeleteWhere
+Vector = npt.NDArray[np.float32]
 
 
 def _payload(scope: Scope, kind: Kind, event: AnyEvent, item_id: uuid.UUID) -> dict[str, object]:
@@ -136,28 +164,40 @@ def turn_upsert(event: TurnRecorded) -> Upsert:
     return Upsert(own, text, _turn_payload(event, "turn", own, text))
 
 
-def turn_keys(
-    event: TurnRecorded, previous: str | None, facts: bool = True, agent_facts: bool = False
-) -> list[Upsert]:
+@dataclass(frozen=True, slots=True)
+class KeyOptions:
+    """Which extra keys a turn gets besides itself, and how a window's vector is made."""
+
+    windows: bool = True
+    facts: bool = True
+    agent_facts: bool = False
+    # A window's vector composed from its two turns' vectors (no model call of its own).
+    composed_windows: bool = False
+
+
+def turn_keys(event: TurnRecorded, previous: str | None, options: KeyOptions) -> list[Upsert]:
     """Index a turn under all its keys: itself, its window, its first-person sentences.
 
     ``previous`` is the text of the conversation's previous turn (None: this is the first).
-    Facts come from the user's side unless ``agent_facts``: an assistant's "I" is about the
-    assistant, but when the other side is a person (a transcript of two people) it is not.
+    Facts come from the user's side unless ``options.agent_facts``: an assistant's "I" is
+    about the assistant, but when the other side is a person (a transcript of two people) it
+    is not.
     """
     turn = turn_upsert(event)
     keys = [turn]
     if previous is not None and len(previous.split()) <= WINDOW_MAX_WORDS:
-        keys.append(window_key(event, turn, previous))
-    if facts:
-        keys += fact_keys(event, turn, agent_facts)
+        keys.append(window_key(event, turn, previous, options.composed_windows))
+    if options.facts:
+        keys += fact_keys(event, turn, options.agent_facts)
     return keys
 
 
-def window_key(event: TurnRecorded, turn: Upsert, previous: str) -> Upsert:
-    """Key a turn by the previous turn and itself together."""
+def window_key(event: TurnRecorded, turn: Upsert, previous: str, compose: bool) -> Upsert:
+    """Key a turn by the previous turn and itself together (``compose``: its vector is
+    composed from theirs)."""
     payload = _turn_payload(event, "window", turn.id, turn.text)
-    return Upsert(derived_id(turn.id, "window"), f"{previous}\n{turn.text}", payload)
+    parts = (previous, turn.text) if compose else ()
+    return Upsert(derived_id(turn.id, "window"), f"{previous}\n{turn.text}", payload, parts)
 
 
 def fact_keys(event: TurnRecorded, turn: Upsert, agent_facts: bool) -> list[Upsert]:
@@ -215,15 +255,6 @@ def operation(event: AnyEvent) -> Operation | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class KeyOptions:
-    """Which extra keys a turn gets besides itself."""
-
-    windows: bool = True
-    facts: bool = True
-    agent_facts: bool = False
-
-
 def plan(
     events: Sequence[AnyEvent],
     previous: Mapping[uuid.UUID, str] | None = None,
@@ -241,7 +272,7 @@ def plan(
         if isinstance(event, TurnRecorded):
             conversation = conversation_key(event.scope)
             before = last.get(conversation) if options.windows else None
-            operations += turn_keys(event, before, options.facts, options.agent_facts)
+            operations += turn_keys(event, before, options)
             last[conversation] = turn_text(event)
             continue
         op = operation(event)

@@ -22,6 +22,7 @@ from memoryd.services.indexer.items import (
     KeyOptions,
     Operation,
     Upsert,
+    composed,
     conversation_key,
     plan,
 )
@@ -122,8 +123,14 @@ class IndexerProjection:
         # One embedding call per batch: the model is far faster on hundreds of texts at once.
         if not upserts:
             return {}
-        vectors = await self._embedder.embed([op.text for op in upserts])
-        return dict(zip((op.id for op in upserts), vectors, strict=True))
+        texts = list(dict.fromkeys(text for op in upserts for text in op.texts()))
+        vectors = dict(zip(texts, await self._embedder.embed(texts), strict=True))
+        return {
+            op.id: composed([vectors[p] for p in op.parts], op.parts)
+            if op.parts
+            else vectors[op.text]
+            for op in upserts
+        }
 
     async def _write(self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector]) -> None:
         head = run[0]

@@ -12,6 +12,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import build_model
+from memoryd.services.indexer.items import KeyOptions, composed
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.indexer.retention import due_expiries
 from memoryd.services.memories.projection import MemoriesProjection
@@ -158,3 +159,37 @@ async def test_a_daily_memory_expires_once_after_its_ttl(
         h.text for h in await index.search_sparse("dentist peanuts", MINE, 5)
     ]
     await index.close()
+
+
+async def test_a_composed_window_costs_no_model_call_and_replays_to_the_same_vector(
+    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+) -> None:
+    """With composed windows the model embeds the two turns, never their window; the window
+    point's vector is their composition, live and rebuilt from the cache alike."""
+    sessions = session_factory(engine)
+    store = SqlEmbeddingStore(cache)
+    await store.create_schema()
+    counting = CountingEmbedder(minilm)
+    keys = KeyOptions(composed_windows=True)
+    question = TurnRecorded(occurred_at=T0, scope=ALICE, query="How often do you run?", response="")
+    reply = TurnRecorded(
+        occurred_at=T0, scope=ALICE, query="", response="Twice a week, by the river."
+    )
+    parts = ("How often do you run?", "Twice a week, by the river.")
+    expected = composed(list(await minilm.embed(parts)), parts)
+    found = []
+    for folder, live in (("live", True), ("rebuilt", False)):
+        index = EdgeSearchIndex(tmp_path / folder, 384)
+        await index.ensure_collection()
+        projection = IndexerProjection(index, CachedEmbedder(counting, store), keys)
+        async with sessions() as session, session.begin():
+            for table in IndexerProjection.tables:
+                await session.execute(delete(table))
+        await apply(sessions, projection, [question, reply], live)
+        found.append(await index.search_dense(expected, MINE, 1))
+        await index.close()
+
+    assert sorted(parts) == sorted(counting.asked)
+    for [hit] in found:
+        assert "How often do you run?\nTwice a week, by the river." == hit.text
+        assert hit.score == pytest.approx(1.0, abs=1e-5)

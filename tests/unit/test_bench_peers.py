@@ -30,6 +30,7 @@ from memoryd.services.bench.peers import (
     table_rows,
     tree_peak_rss_mb,
 )
+from memoryd.services.indexer.items import KeyOptions
 
 
 def _question(question_id: str, question: str, *sessions: list[tuple[str, str]]) -> Any:
@@ -235,8 +236,11 @@ def test_peak_rss_of_this_process_tree_holds_its_main_process() -> None:
 
 
 def test_key_texts_are_the_indexers_distinct_keys_in_order() -> None:
-    """A short turn gets a window with the next; first-person sentences are keys of their own."""
-    keys = key_texts(["Hi there.", "I adopted a greyhound last month. It is shy.", "Hi there."])
+    """A short turn gets a window with the next; first-person sentences are keys of their own;
+    a composed window asks the model for nothing new."""
+    texts = ["Hi there.", "I adopted a greyhound last month. It is shy.", "Hi there."]
+    keys = key_texts(texts, KeyOptions())
+    composed = key_texts(texts, KeyOptions(composed_windows=True))
 
     assert [
         "Hi there.",
@@ -245,6 +249,11 @@ def test_key_texts_are_the_indexers_distinct_keys_in_order() -> None:
         "I adopted a greyhound last month.",
         "I adopted a greyhound last month. It is shy.\nHi there.",
     ] == keys
+    assert [
+        "Hi there.",
+        "I adopted a greyhound last month. It is shy.",
+        "I adopted a greyhound last month.",
+    ] == composed
 
 
 def test_pipeline_share_is_embedded_texts_per_second_over_the_models_rate() -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import numpy as np
+
 from memoryd.services.indexer.items import (
     Delete,
     DeleteWhere,
+    KeyOptions,
     Upsert,
+    composed,
     first_person_facts,
     memory_upsert,
     plan,
@@ -171,3 +175,23 @@ def test_speaker_and_facts_of_a_transcript_line() -> None:
     assert "Caroline" == speaker_of("Caroline: I went to the beach.")
     assert speaker_of("I went to the beach: it was nice.") is None
     assert ["I went to the beach."] == first_person_facts("Caroline: I went to the beach. Fun!")
+
+
+def test_a_composed_window_names_its_turns_as_the_texts_to_embed() -> None:
+    """Composed, the window keeps its joined text for BM25 and asks the model for its two
+    turns only; embedded, it asks for the joined text."""
+    question, reply = turn(query="How often do you run?"), turn(response="Twice a week.")
+    for compose, texts in ((True, ("How often do you run?", "Twice a week.")), (False, None)):
+        ops, _ = plan([question, reply], None, KeyOptions(composed_windows=compose))
+        [window] = [
+            op for op in ops if isinstance(op, Upsert) and op.payload.extra["key"] == "window"
+        ]
+        assert "How often do you run?\nTwice a week." == window.text
+        assert (texts or (window.text,)) == window.texts()
+
+
+def test_a_composed_vector_weights_each_part_by_the_root_of_its_words() -> None:
+    """Four words weigh twice one word; the result is a unit vector."""
+    x, y = np.array([1.0, 0.0], dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32)
+    vector = composed([x, y], ["one two three four", "five"])
+    assert np.allclose([2 / np.sqrt(5), 1 / np.sqrt(5)], vector)
