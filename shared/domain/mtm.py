@@ -9,6 +9,7 @@ All times are aware datetimes passed in by the caller: nothing here reads a cloc
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,14 @@ def jaccard(left: Collection[str], right: Collection[str]) -> float:
     return len(left_set & right_set) / union if union else 0.0
 
 
+def _jaccard_of_set(words: set[str], other: Collection[str]) -> float:
+    """Return ``jaccard(words, other)`` with ``words`` already a set."""
+    other_set = set(other)
+    shared = len(words & other_set)
+    union = len(words) + len(other_set) - shared
+    return shared / union if union else 0.0
+
+
 def fscore(
     segment_vec: Vector,
     segment_keywords: Collection[str],
@@ -134,13 +143,20 @@ def choose_segment(
     segments: Iterable[Segment],
     theta: float = DEFAULT_PARAMS.theta,
 ) -> SegmentChoice:
-    """Pick the segment with the best Fscore (ties: smallest id) if it reaches ``theta``."""
-    scored = [
-        (fscore(segment.vector, segment.keywords, page_vec, page_keywords), segment.id)
-        for segment in segments
-    ]
-    if not scored:
+    """Pick the segment with the best Fscore (ties: smallest id) if it reaches ``theta``.
+
+    The cosines are one product of the stacked segment vectors (rounded as ``SegmentIndex``
+    rounds them, which may differ from one ``fscore`` at a time in the last bits).
+    """
+    held = list(segments)
+    if not held:
         return SegmentChoice(segment_id=None, score=None)
+    cosines = np.stack([segment.vector for segment in held]) @ np.asarray(page_vec)
+    words = set(page_keywords)
+    scored = [
+        (float(cosine) + _jaccard_of_set(words, segment.keywords), segment.id)
+        for segment, cosine in zip(held, cosines, strict=True)
+    ]
     score, segment_id = min(scored, key=lambda pair: (-pair[0], pair[1]))
     return SegmentChoice(segment_id=segment_id if score >= theta else None, score=score)
 
@@ -289,8 +305,11 @@ def segments_to_evict(
     segments: Iterable[Segment], now: datetime, params: MemoryOsParams = DEFAULT_PARAMS
 ) -> list[Segment]:
     """Return the coldest segments beyond ``max_segments``, coldest first."""
-    ordered = sorted(segments, key=lambda segment: _coldness(segment, now, params))
-    return ordered[: max(0, len(ordered) - params.max_segments)]
+    held = list(segments)
+    excess = len(held) - params.max_segments
+    if excess <= 0:
+        return []  # the heat of every segment is not needed
+    return heapq.nsmallest(excess, held, key=lambda segment: _coldness(segment, now, params))
 
 
 def rank_segments(

@@ -368,3 +368,35 @@ def test_the_segment_index_ranks_as_sorting_every_fscore_does(
     ranked = rank_segments(query_vec, words, segments, top_m)
 
     assert expected == [(entry.score, entry.item.id) for entry in ranked]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(range(len(DIRECTIONS))),
+            st.lists(st.sampled_from(WORDS), max_size=4),
+        ),
+        max_size=25,
+    ),
+    st.sampled_from(range(len(DIRECTIONS))),
+    st.lists(st.sampled_from(WORDS), max_size=3),
+)
+def test_a_page_joins_the_segment_with_the_best_fscore_as_scoring_each_would_choose(
+    shapes: list[tuple[int, list[str]]], page: int, words: list[str]
+) -> None:
+    """The best segment by cosine + Jaccard (ties by id), or a new one below theta."""
+    segments = [
+        segment(f"s{n:02d}", DIRECTIONS[d], tuple(keywords))
+        for n, (d, keywords) in enumerate(shapes)
+    ]
+    page_vec = DIRECTIONS[page]
+    scores = [(fscore(s.vector, s.keywords, page_vec, words), s.id) for s in segments]
+    best = min(scores, key=lambda pair: (-pair[0], pair[1]), default=None)
+
+    choice = choose_segment(page_vec, words, segments, 0.6)
+
+    if best is None:
+        assert (None, None) == (choice.segment_id, choice.score)
+    else:
+        assert best[0] == pytest.approx(choice.score, abs=1e-6)
+        assert (best[1] if best[0] >= 0.6 else None) == choice.segment_id
