@@ -333,16 +333,17 @@ def test_segment_round_trips_through_json() -> None:
 
 DIRECTIONS = [X, Y, Z, unit_vector([0.8, 0.6, 0.0]), unit_vector([0.0, 0.6, 0.8])]
 WORDS = ["pasta", "bread", "flight", "train", "jazz"]
+# Up to 25 segments, each a direction and up to four keywords.
+SEGMENT_SHAPES = st.lists(
+    st.tuples(
+        st.sampled_from(range(len(DIRECTIONS))), st.lists(st.sampled_from(WORDS), max_size=4)
+    ),
+    max_size=25,
+)
 
 
 @given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(range(len(DIRECTIONS))),
-            st.lists(st.sampled_from(WORDS), max_size=4),
-        ),
-        max_size=25,
-    ),
+    SEGMENT_SHAPES,
     st.sampled_from(range(len(DIRECTIONS))),
     st.lists(st.sampled_from(WORDS), max_size=3),
     st.integers(min_value=0, max_value=8),
@@ -371,13 +372,7 @@ def test_the_segment_index_ranks_as_sorting_every_fscore_does(
 
 
 @given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(range(len(DIRECTIONS))),
-            st.lists(st.sampled_from(WORDS), max_size=4),
-        ),
-        max_size=25,
-    ),
+    SEGMENT_SHAPES,
     st.sampled_from(range(len(DIRECTIONS))),
     st.lists(st.sampled_from(WORDS), max_size=3),
 )
