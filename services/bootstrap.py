@@ -10,11 +10,12 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, ParamSpec
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import structlog
 from faststream.message import StreamMessage
@@ -100,6 +101,8 @@ from memoryd.shared.settings import Settings, StartupError, public_url, revealed
 log = structlog.get_logger(__name__)
 
 P = ParamSpec("P")
+A = TypeVar("A")
+B = TypeVar("B")
 
 Component = Literal["stm", "memories", "recall", "indexer", "graph", "chain", "mtm", "persona"]
 # "chain", "mtm", "persona" are the MemoryOS tier workers.
@@ -409,6 +412,7 @@ async def warm_embedder(model: Embedder, settings: Settings) -> None:
     answer, or vectors of another width than the index's refuse the start with one line,
     instead of a dead letter for every event and a timeout for every recall.
     """
+    started = time.perf_counter()
     try:
         vectors = await model.embed(["memoryd start-up check"])
     except Exception as error:
@@ -420,19 +424,54 @@ async def warm_embedder(model: Embedder, settings: Settings) -> None:
             f"not {model.dimension}: set MEMORYD_EMBEDDING_DIMENSION={width} (an index built "
             "with the other width then needs `memoryd replay`)"
         )
+    log.info(
+        "embedding_model_ready",
+        model=model.model_name,
+        dimension=width,
+        seconds_waited=round(time.perf_counter() - started, 2),
+    )
+
+
+def _used_models(
+    components: Sequence[Component], model: Embedder, query_model: Embedder
+) -> list[Embedder]:
+    """Return the distinct models the components use: the workers' and recall's."""
+    models = []
+    if {"indexer", "mtm", "persona"} & set(components):
+        models.append(model)
+    if "recall" in components:
+        models.append(query_model)
+    return list({id(model): model for model in models}.values())
 
 
 async def warm_models(
     retrieval: Retrieval, settings: Settings, components: Sequence[Component]
 ) -> None:
     """Load (and check) the models the chosen components use, the two at once."""
-    models = []
-    if {"indexer", "mtm", "persona"} & set(components):
-        models.append(retrieval.model)
-    if "recall" in components:
-        models.append(retrieval.query_model)
-    distinct = list({id(model): model for model in models}.values())
-    await asyncio.gather(*(warm_embedder(model, settings) for model in distinct))
+    models = _used_models(components, retrieval.model, retrieval.query_model)
+    await asyncio.gather(*(warm_embedder(model, settings) for model in models))
+
+
+def _outcome_read(future: asyncio.Future[Any]) -> None:
+    """Read a future's outcome, so asyncio reports no exception as never retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _preload_models(
+    settings: Settings, components: Sequence[Component], ports: dict[str, Any]
+) -> asyncio.Future[Any] | None:
+    """Start loading the bundled local models the components use, in worker threads.
+
+    They load while NATS starts and the schema is made instead of after; ``warm_models``
+    then checks them as before (and says why one does not load). Only the process-wide
+    bundled models: any other is a new instance per build.
+    """
+    bundled = settings.embedding_kind == "local" and settings.embedding_model is None
+    if not bundled or ports["model"] is not None or not _needs_retrieval(components):
+        return None
+    models = _used_models(components, build_model(settings), build_model(settings, "queries"))
+    return asyncio.gather(*(model.embed(["memoryd start-up check"]) for model in models))
 
 
 def _needs_retrieval(components: Sequence[Component]) -> bool:
@@ -666,9 +705,18 @@ async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
         await _lease_workers(stack, projections, notifier)
     else:
         tracker = await _recallable_tracker(stack, projections, notifier)
-        for projection in projections:
-            worker = await _start_worker(stack, projection, notifier, tracker)
-            stack.on_stop(worker.stop)
+        # At once: each start is a round trip or two to JetStream (the consumer made or
+        # brought up to date, then bound), ~0.3 s in all for eight one after the other.
+        started = await asyncio.gather(
+            *(_start_worker(stack, p, notifier, tracker) for p in projections),
+            return_exceptions=True,
+        )
+        for outcome in started:
+            if isinstance(outcome, PullWorker):
+                stack.on_stop(outcome.stop)
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
     if "indexer" in components:  # daily memories expire as events
         _start_retention(stack)
 
@@ -706,9 +754,15 @@ async def _start_worker(
         runner.listeners.append(tracker.applied)
     runner.listeners.append(count_applied)
     worker = PullWorker(stack.js, runner, settings)
-    await worker.start()
+    # Listed before it starts, so workers started together are listed in projection order.
     stack.runners[projection.consumer] = runner
     stack.workers.append(worker)
+    try:
+        await worker.start()
+    except BaseException:
+        stack.runners.pop(projection.consumer, None)
+        stack.workers.remove(worker)
+        raise
     return worker
 
 
@@ -799,11 +853,18 @@ async def _ready_retrieval(
     exit_stack: AsyncExitStack,
     components: Sequence[Component],
     ports: dict[str, Any],
+    *,
+    loading: asyncio.Future[Any] | None,
 ) -> Retrieval | None:
-    """Open the embedder, index and extractor if a component needs them, models loaded."""
+    """Open the embedder, index and extractor if a component needs them, models loaded
+    (``loading``: the models' preload, if one was started)."""
     if not _needs_retrieval(components):
         return None
     retrieval = await open_retrieval(settings, engine, exit_stack, **ports)
+    if loading is not None:
+        # A model that did not load is refused with its reason by ``warm_models``.
+        with contextlib.suppress(Exception):
+            await loading
     await warm_models(retrieval, settings, components)  # before any worker or recall subscribes
     return retrieval
 
@@ -837,18 +898,39 @@ async def start_stack(
     return stack
 
 
+async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Run the two at once and return their results; when one fails, wait for the other
+    (what it opened is then on the exit stack, to be closed), then raise the first error."""
+    done = await asyncio.gather(first, second, return_exceptions=True)
+    for outcome in done:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return done[0], done[1]  # type: ignore[return-value]
+
+
 async def _open_stack(
     settings: Settings,
     components: Sequence[Component],
     exit_stack: AsyncExitStack,
     ports: dict[str, Any],
 ) -> Stack:
-    """Connect to NATS and SQL and open what the components retrieve with; start nothing."""
-    nats_url, nc = await _open_nats(settings, exit_stack)
-    engine, sessions, readers = await _open_database(settings, exit_stack)
+    """Connect to NATS and SQL and open what the components retrieve with; start nothing.
+
+    The models load, NATS starts and the schema is made at the same time.
+    """
+    loading = _preload_models(settings, components, ports)
+    try:
+        opened = await both(_open_nats(settings, exit_stack), _open_database(settings, exit_stack))
+        (nats_url, nc), (engine, sessions, readers) = opened
+        retrieval = await _ready_retrieval(
+            settings, engine, exit_stack, components, ports, loading=loading
+        )
+    except BaseException:
+        if loading is not None:  # left to end in its threads; its outcome is of no interest
+            loading.add_done_callback(_outcome_read)
+        raise
     js = nc.jetstream()
     publisher = EventPublisher.from_settings(js, settings)
-    retrieval = await _ready_retrieval(settings, engine, exit_stack, components, ports)
     return Stack(
         settings=settings,
         nats_url=nats_url,

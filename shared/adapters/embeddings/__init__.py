@@ -1,5 +1,7 @@
 """Text embeddings: the `Embedder` port, a local MiniLM, an OpenAI-compatible client, a cache."""
 
+from typing import TYPE_CHECKING
+
 from .batching import BatchingEmbedder
 from .cache import (
     CachedEmbedder,
@@ -17,13 +19,15 @@ from .local import (
     bundled_minilm_path,
 )
 from .onnx import OnnxEmbedder
-from .openai_compat import OpenAIEmbedder
 from .port import (
     Embedder,
     EmbeddingDimensionError,
     EmbeddingError,
     Vectors,
 )
+
+if TYPE_CHECKING:
+    from .openai_compat import OpenAIEmbedder
 
 __all__ = [
     "MINILM_DIMENSION",
@@ -47,3 +51,13 @@ __all__ = [
     "bundled_minilm_path",
     "content_hash",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The openai package takes ~0.9 s to import here, and the embedded default (the local
+    # model) never uses it: imported on first use, so `memoryd up` starts that much sooner.
+    if name == "OpenAIEmbedder":
+        from .openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

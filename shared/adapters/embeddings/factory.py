@@ -4,7 +4,6 @@ from typing import Any, Literal
 
 from .local import SentenceTransformerEmbedder
 from .onnx import OnnxEmbedder
-from .openai_compat import OpenAIEmbedder
 from .port import Embedder
 
 EmbedderKind = Literal["local", "openai"]
@@ -22,5 +21,7 @@ def build_embedder(kind: EmbedderKind, runtime: LocalRuntime = "onnx", **setting
             return SentenceTransformerEmbedder(**settings)
         return OnnxEmbedder(int8=runtime == "onnx-int8", **settings)
     if kind == "openai":
+        from .openai_compat import OpenAIEmbedder  # the openai package: only when asked for
+
         return OpenAIEmbedder(**settings)
     raise ValueError(f"unknown embedder kind {kind!r}: expected 'local' or 'openai'")

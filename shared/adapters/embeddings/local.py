@@ -124,7 +124,9 @@ class SentenceTransformerEmbedder:
             raise EmbeddingDimensionError(
                 f"{source} makes {actual}-dimensional vectors; configured for {self._dimension}"
             )
-        log.info(
+        # Debug: a load may finish while a start that failed for another reason exits (start-up
+        # loads the models beside NATS and SQL); `memoryd up` says `embedding_model_ready`.
+        log.debug(
             "embedding_model_loaded",
             model=self._model_name,
             source=source,

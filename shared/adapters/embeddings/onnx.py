@@ -163,7 +163,9 @@ class OnnxEmbedder:
                 f"{source} makes {width}-dimensional vectors; configured for {self._dimension}"
             )
         self._dimension = width
-        log.info(
+        # Debug: a load may finish while a start that failed for another reason exits (start-up
+        # loads the models beside NATS and SQL); `memoryd up` says `embedding_model_ready`.
+        log.debug(
             "embedding_model_loaded",
             model=self._model_name,
             runtime="onnx",
