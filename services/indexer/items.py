@@ -36,6 +36,8 @@ from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.items import forget_ids, memory_text, point_id, turn_text
 from memoryd.shared.domain.memories import memory_identity
 
+Vector = npt.NDArray[np.float32]
+
 
 @dataclass(frozen=True, slots=True)
 class Upsert:
@@ -85,7 +87,6 @@ class DeleteWhere:
 
 
 Operation = Upsert | Delete | DeleteWhere
-Vector = npt.NDArray[np.float32]
 
 
 def _payload(scope: Scope, kind: Kind, event: AnyEvent, item_id: uuid.UUID) -> dict[str, object]:
