@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from sqlalchemy import Table
@@ -31,7 +32,6 @@ from memoryd.services.runtime.projection import (
     folds_event,
 )
 from memoryd.shared import subjects
-from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
 from memoryd.shared.adapters.sql.tables import metadata
@@ -71,54 +71,83 @@ async def acked_position(js: JetStreamContext, stream: str, consumer: str) -> in
 
 
 async def read_log(
-    js: JetStreamContext, stream: str, until: int, batch: int = 2_000, patience: float = 120.0
+    js: JetStreamContext, stream: str, until: int, patience: float = 120.0
 ) -> list[tuple[bytes, str, int]]:
     """Read (data, subject, sequence) of every event up to sequence ``until``.
 
-    It reads until the consumer has nothing left (or ``until`` is reached); a fetch that
-    fails while NATS is away or electing a leader is asked again for up to ``patience``
-    seconds, then ``TimeoutError``: a replay never goes on with part of the log.
+    An ordered push consumer delivers the log in order (it recreates itself past a gap, a
+    reconnect or a leader change); a pull consumer's ``fetch`` waited on a timer per message,
+    ~3x the time (4,400 events: 0.17 -> 0.06 s). It reads until ``until`` or the end of the
+    log; with nothing delivered for ``patience`` seconds while some is left, ``TimeoutError``:
+    a replay never goes on with part of the log.
     """
     if until == 0:
         return []
-    sub = await js.pull_subscribe(
+    reader = _LogReader(until)
+    sub = await js.subscribe(
         subjects.ALL_EVENTS,
         stream=stream,
-        config=api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.ALL,
-            ack_policy=api.AckPolicy.NONE,
-            inactive_threshold=30.0,
-        ),
+        cb=reader.take,
+        ordered_consumer=True,
+        config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL),
     )
-    out: list[tuple[bytes, str, int]] = []
-    deadline = time.monotonic() + patience
     try:
-        while not out or out[-1][2] < until:
-            try:
-                msgs = await sub.fetch(batch, timeout=2.0)
-            except Exception as error:  # nats-py raises the built-in TimeoutError or its own
-                if not (isinstance(error, TimeoutError) or is_outage(error)):
-                    raise
-                if await _drained(sub):
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the log could not be read through {until}") from error
-                await asyncio.sleep(0.5)
-                continue
-            out.extend((m.data, m.subject, m.metadata.sequence.stream) for m in msgs)
-            if not msgs[-1].metadata.num_pending:
-                break
+        await reader.finished(sub, patience)
     finally:
         await sub.unsubscribe()
-    return [item for item in out if item[2] <= until]
+    return reader.events
 
 
-async def _drained(sub: JetStreamContext.PullSubscription) -> bool:
-    """Return whether the reading consumer has nothing left to deliver (False if unknown)."""
-    try:
-        return not (await sub.consumer_info()).num_pending
-    except Exception:  # NATS away: unknown, ask again later
-        return False
+class _LogReader:
+    """The events a consumer delivers up to a sequence, and when it has delivered them."""
+
+    def __init__(self, until: int) -> None:
+        self.until = until
+        self.events: list[tuple[bytes, str, int]] = []
+        self.last_seen = 0  # the last stream sequence delivered, past ``until`` too
+        self.done = asyncio.Event()
+
+    async def take(self, msg: Msg) -> None:
+        """Keep a delivered event; done at ``until`` or at the end of the log."""
+        meta = msg.metadata
+        sequence = self.last_seen = meta.sequence.stream
+        if sequence <= self.until:
+            self.events.append((msg.data, msg.subject, sequence))
+        if sequence >= self.until or not meta.num_pending:
+            self.done.set()
+
+    async def finished(self, sub: JetStreamContext.PushSubscription, patience: float) -> None:
+        """Return once done, or once the consumer has nothing left that was not taken (a
+        log purged through ``until``); ``TimeoutError`` after ``patience`` seconds without
+        a new event."""
+        seen, quiet_since = self.last_seen, time.monotonic()
+        while not self.done.is_set():
+            try:
+                await asyncio.wait_for(self.done.wait(), timeout=1.0)
+                return
+            except TimeoutError:
+                pass
+            if self.last_seen != seen:
+                seen, quiet_since = self.last_seen, time.monotonic()
+            elif await self._drained(sub):
+                return
+            elif time.monotonic() - quiet_since > patience:
+                raise TimeoutError(f"the log could not be read through {self.until}")
+
+    async def _drained(self, sub: JetStreamContext.PushSubscription) -> bool:
+        """Return whether everything the consumer delivered was taken and nothing is left
+        (False while unknown: NATS away)."""
+        try:
+            info = await sub.consumer_info()
+        except Exception:  # NATS away or the consumer being recreated: ask again later
+            return False
+        delivered = info.delivered
+        nothing_untaken = (
+            delivered is None
+            or not delivered.consumer_seq  # this consumer delivered nothing yet
+            or (delivered.stream_seq or 0) <= self.last_seen
+        )
+        return not info.num_pending and nothing_untaken
 
 
 def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:
