@@ -705,18 +705,14 @@ async def _start_workers(stack: Stack, components: Sequence[Component]) -> None:
         await _lease_workers(stack, projections, notifier)
     else:
         tracker = await _recallable_tracker(stack, projections, notifier)
+
+        async def start(projection: Projection) -> None:
+            worker = await _start_worker(stack, projection, notifier, tracker)
+            stack.on_stop(worker.stop)
+
         # At once: each start is a round trip or two to JetStream (the consumer made or
         # brought up to date, then bound), ~0.3 s in all for eight one after the other.
-        started = await asyncio.gather(
-            *(_start_worker(stack, p, notifier, tracker) for p in projections),
-            return_exceptions=True,
-        )
-        for outcome in started:
-            if isinstance(outcome, PullWorker):
-                stack.on_stop(outcome.stop)
-        for outcome in started:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        await settled(*(start(p) for p in projections))
     if "indexer" in components:  # daily memories expire as events
         _start_retention(stack)
 
@@ -898,14 +894,21 @@ async def start_stack(
     return stack
 
 
-async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Run the two at once and return their results; when one fails, wait for the other
-    (what it opened is then on the exit stack, to be closed), then raise the first error."""
-    done = await asyncio.gather(first, second, return_exceptions=True)
+async def settled(*awaitables: Awaitable[Any]) -> list[Any]:
+    """Run them at once and return their results in order; when one fails, wait for the
+    rest (what they opened is then on the exit stack, to be closed), then raise the first
+    error."""
+    done = await asyncio.gather(*awaitables, return_exceptions=True)
     for outcome in done:
         if isinstance(outcome, BaseException):
             raise outcome
-    return done[0], done[1]  # type: ignore[return-value]
+    return done
+
+
+async def both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """``settled`` for two, typed: NATS and SQL open at once at start-up."""
+    one, other = await settled(first, second)
+    return one, other
 
 
 async def _open_stack(
