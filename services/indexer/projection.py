@@ -5,7 +5,10 @@ ids: an upsert replaces, a delete of a missing point is a no-op), so the runner'
 (apply to the index, then commit the tracking row) is safe: a redelivered batch writes the
 same points again. Embeddings go through a ``CachedEmbedder`` over the SQL embedding cache,
 so replay (``live=False``) rebuilds the index from the cache without running the model: the
-vectors are the ones the live pass stored, so replay cannot diverge.
+vectors are the ones the live pass stored, so replay cannot diverge. Replay writes only the
+points that differ from what the index holds (``SearchIndex.upsert_changed``, by a digest of
+everything a point stores): onto the index the live pass built, it writes back what was lost
+and rewrites what another model or BM25 encoding would store differently, nothing else.
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ class IndexerProjection:
         # transaction: those come from the cache, these few are embedded here.
         dense = await self._embed(upserts)
         for run in runs(operations):
-            await self._write(run, dense)
+            await self._write(run, dense, live)
         await store.record_expiries(session, [e for e in events if isinstance(e, MemoryExpired)])
         await store.store_last_turns(session, owners, before, after)
         if upserts:
@@ -132,7 +135,9 @@ class IndexerProjection:
             for op in upserts
         }
 
-    async def _write(self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector]) -> None:
+    async def _write(
+        self, run: Sequence[Operation], dense: dict[uuid.UUID, DenseVector], live: bool
+    ) -> None:
         head = run[0]
         if isinstance(head, Upsert):
             # Built from checked parts (the plan's ids and payloads, the model's vectors):
@@ -144,7 +149,12 @@ class IndexerProjection:
                 for op in run
                 if isinstance(op, Upsert)
             ]
-            await self._index.upsert(points)
+            if live:
+                await self._index.upsert(points)
+            else:
+                # Replay: the index mostly holds these points already; rewriting each one
+                # in place cost ~85 us a point and, past 20,000, an optimisation pass.
+                await self._index.upsert_changed(points)
         elif isinstance(head, Delete):
             await self._index.delete(head.ids)
         elif isinstance(head, DeleteWhere):

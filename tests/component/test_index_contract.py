@@ -180,6 +180,48 @@ async def test_a_point_found_then_replaced_is_found_as_replaced(index: SearchInd
     assert 5.0 == after.payload.occurred_at
 
 
+async def test_upsert_changed_writes_only_what_differs(index: SearchIndex) -> None:
+    """Points stored as given are left alone; a new text, vector or payload is written."""
+    same, retexted, moved, restamped = (
+        _point(text, dense=_axis(i)) for i, text in enumerate(["tea", "coffee", "cocoa", "milk"])
+    )
+    await index.upsert([same, retexted, moved, restamped])
+    again = [
+        same,
+        _point("black coffee", dense=_axis(1), point_id=retexted.id),
+        _point("cocoa", dense=_axis(5), point_id=moved.id),
+        _point("milk", dense=_axis(3), point_id=restamped.id, at=7.0),
+        new := _point("juice", dense=_axis(4)),
+    ]
+
+    assert 4 == await index.upsert_changed(again)
+    assert 0 == await index.upsert_changed(again)
+
+    assert 5 == await index.count(ACME)
+    assert {retexted.id} == _ids(await index.search_sparse("black", ACME))
+    assert moved.id == (await index.search_dense(_axis(5), ACME))[0].id
+    assert 7.0 == (await index.search_dense(_axis(3), ACME))[0].payload.occurred_at
+    assert new.id == (await index.search_sparse("juice", ACME))[0].id
+
+
+async def test_upsert_changed_rewrites_a_point_whose_words_changed_only_in_bm25(
+    tmp_path: Path,
+) -> None:
+    """Another BM25 encoding (here its length norm) rewrites points whose text is unchanged."""
+    point = _point("likes coffee and long walks")
+    first = EdgeSearchIndex(tmp_path / "edge", DIM)
+    await first.ensure_collection()
+    await first.upsert([point])
+    await first.close()
+    reopened = EdgeSearchIndex(tmp_path / "edge", DIM, avg_len=10.0)
+    await reopened.ensure_collection()
+    try:
+        assert 1 == await reopened.upsert_changed([point])
+        assert 0 == await reopened.upsert_changed([point])
+    finally:
+        await reopened.close()
+
+
 async def test_delete_removes_from_dense_and_sparse_search(index: SearchIndex) -> None:
     """A deleted point is gone from both streams; the others stay."""
     gone, kept = _point("zebra stripes", dense=_axis(0)), _point("zebra mane", dense=_axis(1))

@@ -18,7 +18,7 @@ from memoryd.services.indexer.retention import due_expiries
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.runtime.projection import Positioned
 from memoryd.shared.adapters.embeddings import CachedEmbedder, Embedder, SqlEmbeddingStore
-from memoryd.shared.adapters.index import EdgeSearchIndex, ScopeFilter
+from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPoint, ScopeFilter
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.contracts.events import (
@@ -193,3 +193,47 @@ async def test_a_composed_window_costs_no_model_call_and_replays_to_the_same_vec
     for [hit] in found:
         assert "How often do you run?\nTwice a week, by the river." == hit.text
         assert hit.score == pytest.approx(1.0, abs=1e-5)
+
+
+class WritesCounted(EdgeSearchIndex):
+    """The Edge index, counting the points replay's writes report as written."""
+
+    written = 0
+
+    async def upsert_changed(self, points: Sequence[IndexPoint]) -> int:
+        written = await super().upsert_changed(points)
+        self.written += written
+        return written
+
+
+async def test_replay_onto_the_index_it_built_writes_only_what_is_missing(
+    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+) -> None:
+    """Replay folds the log into the index the live pass built: the points it holds as the
+    log gives them are not written again; a point lost meanwhile is written back."""
+    sessions = session_factory(engine)
+    store = SqlEmbeddingStore(cache)
+    await store.create_schema()
+    index = WritesCounted(tmp_path / "index", 384)
+    await index.ensure_collection()
+    projection = IndexerProjection(index, CachedEmbedder(minilm, store))
+    turns = [
+        TurnRecorded(occurred_at=T0, scope=ALICE, query=f"Day {n}: a walk.", response="")
+        for n in range(6)
+    ]
+    events: list[Event] = [*turns, remember("I drink green tea every morning.", "drink")]
+    await apply(sessions, projection, events)
+    held = await index.count(MINE)
+    lost = (await index.search_sparse("tea", MINE, 1))[0]
+
+    for missing in ([], [lost.id]):
+        await index.delete(missing)
+        async with sessions() as session, session.begin():
+            for table in IndexerProjection.tables:
+                await session.execute(delete(table))
+        index.written = 0
+        await apply(sessions, projection, events, live=False)
+        assert len(missing) == index.written
+        assert held == await index.count(MINE)
+    assert lost.text == (await index.search_sparse("tea", MINE, 1))[0].text
+    await index.close()

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memoryd.shared.adapters.index._mapping import (
+    DIGEST_KEY,
     InRange,
     MatchAny,
     dense_values,
@@ -16,6 +17,7 @@ from memoryd.shared.adapters.index._mapping import (
     stored_payload,
 )
 from memoryd.shared.adapters.index.port import IndexPayload, IndexPoint, ScopeFilter
+from memoryd.shared.adapters.index.sparse import document_vector
 
 _names = st.none() | st.text(min_size=1, max_size=5)
 _scopes = st.builds(
@@ -85,7 +87,8 @@ def test_stored_payload_round_trips_into_a_hit() -> None:
         extra={"key": "coffee", "tags": ["a", "b"]},
     )
     point = IndexPoint(id=uuid4(), dense=[1.0, 0.0], text="likes coffee", payload=payload)
-    hit = hit_from_stored(str(point.id), 0.5, stored_payload(point))
+    stored = stored_payload(point, document_vector(point.text))
+    hit = hit_from_stored(str(point.id), 0.5, stored)
     expected = (point.id, payload, "likes coffee")
     assert expected == (hit.id, hit.payload, hit.text)
 
@@ -108,3 +111,23 @@ def test_dense_values_refuse_nan() -> None:
     """A NaN in a vector is refused: it would poison every cosine score."""
     with pytest.raises(ValueError, match="NaN"):
         dense_values([1.0, float("nan")], 2)
+
+
+def _digest(point: IndexPoint, avg_len: float = 100.0) -> str:
+    digest: str = stored_payload(point, document_vector(point.text, avg_len))[DIGEST_KEY]
+    return digest
+
+
+def test_the_digest_changes_with_anything_a_point_stores() -> None:
+    """Payload, text, dense vector and BM25 encoding each change it; an equal point does not."""
+    payload = IndexPayload(tenant="acme", user_id="ann", kind="turn", occurred_at=1.0)
+    point = IndexPoint(id=uuid4(), dense=np.array([0.6, 0.8]), text="likes tea", payload=payload)
+    variants = [
+        point.model_copy(update={"text": "likes green tea"}),
+        point.model_copy(update={"dense": [0.8, 0.6]}),
+        point.model_copy(update={"payload": payload.model_copy(update={"importance": 0.9})}),
+    ]
+    same = point.model_copy(update={"dense": [0.6, 0.8]})  # a list of the same float32 values
+
+    assert _digest(point) == _digest(same)
+    assert len({_digest(point), *map(_digest, variants), _digest(point, 10.0)}) == 5

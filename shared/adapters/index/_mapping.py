@@ -1,5 +1,7 @@
 """Map the port's models to and from the shape both Qdrant adapters store and query."""
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +16,13 @@ from memoryd.shared.adapters.index.port import (
     IndexPoint,
     ScopeFilter,
 )
+from memoryd.shared.adapters.index.sparse import SparseVector
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "bm25"
 TEXT_KEY = "text"
+# A digest of everything a point stores (see ``stored_payload``); not a field of IndexPayload.
+DIGEST_KEY = "digest"
 TENANT_FIELD = "tenant"
 TIME_FIELD = "occurred_at"
 KEYWORD_FIELDS = (
@@ -72,9 +77,41 @@ def scope_conditions(scope: ScopeFilter) -> tuple[Condition, ...]:
     return tuple(conditions)
 
 
-def stored_payload(point: IndexPoint) -> dict[str, Any]:
-    """Return the JSON payload stored with a point: its scope fields plus its text."""
-    return {**point.payload.model_dump(mode="json"), TEXT_KEY: point.text}
+def stored_payload(point: IndexPoint, sparse: SparseVector) -> dict[str, Any]:
+    """Return the JSON payload stored with a point: its scope fields, its text and its digest.
+
+    ``sparse`` is the point's BM25 vector, stored beside its dense one: the digest covers
+    both, so it changes whenever anything stored for the point would.
+    """
+    payload = {**point.payload.model_dump(mode="json"), TEXT_KEY: point.text}
+    payload[DIGEST_KEY] = content_digest(payload, point.dense, sparse)
+    return payload
+
+
+def content_digest(payload: Mapping[str, Any], dense: DenseVector, sparse: SparseVector) -> str:
+    """Return a digest of a point's payload (text included), dense and sparse vectors.
+
+    The vectors count by their bytes: the same model on the same text gives the same digest;
+    another model, another export of it, or another BM25 encoding of the text (its terms,
+    its parameters) a different one.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
+    digest.update(np.asarray(dense, dtype=np.float32).tobytes())
+    digest.update(np.asarray(sparse.indices, dtype=np.uint32).tobytes())
+    digest.update(np.asarray(sparse.values, dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
+def changed(
+    payloads: Sequence[Mapping[str, Any]], stored: Mapping[UUID, str | None], ids: Sequence[UUID]
+) -> list[int]:
+    """Return the positions of the points whose digest differs from the stored one (or none)."""
+    return [
+        position
+        for position, (point_id, payload) in enumerate(zip(ids, payloads, strict=True))
+        if stored.get(point_id) != payload[DIGEST_KEY]
+    ]
 
 
 def hit_from_stored(point_id: UUID | str | int, score: float, payload: Mapping[str, Any]) -> Hit:
@@ -95,6 +132,7 @@ def decoded(point_id: UUID | str | int, payload: Mapping[str, Any]) -> Decoded:
     """Return a stored point's id, payload and text as a hit carries them."""
     fields = dict(payload)
     text = fields.pop(TEXT_KEY)
+    fields.pop(DIGEST_KEY, None)  # points written before digests were stored have none
     source = fields.get("source_event_id")
     if source is not None:
         fields["source_event_id"] = UUID(str(source))
@@ -173,6 +211,7 @@ def point_from_stored(
     """Rebuild a stored point (its dense vector as the engine keeps it, normalised)."""
     fields = dict(payload)
     text = fields.pop(TEXT_KEY)
+    fields.pop(DIGEST_KEY, None)
     return IndexPoint(
         id=UUID(str(point_id)),
         dense=list(dense),

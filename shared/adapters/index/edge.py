@@ -12,6 +12,7 @@ import structlog
 
 from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
+    DIGEST_KEY,
     KEYWORD_FIELDS,
     SPARSE_VECTOR,
     TENANT_FIELD,
@@ -19,6 +20,7 @@ from memoryd.shared.adapters.index._mapping import (
     Condition,
     DecodedPoints,
     MatchAny,
+    changed,
     dense_values,
     point_from_stored,
     point_key,
@@ -100,19 +102,28 @@ class EdgeSearchIndex:
 
     async def upsert(self, points: Sequence[IndexPoint]) -> None:
         """Insert the points, replacing any point with the same id."""
+        await self._upsert(points, only_changed=False)
+
+    async def upsert_changed(self, points: Sequence[IndexPoint]) -> int:
+        """Write the points that differ from what is stored under their ids; return how many."""
+        return await self._upsert(points, only_changed=True)
+
+    async def _upsert(self, points: Sequence[IndexPoint], only_changed: bool) -> int:
+        """Write the points (or those that changed) in a worker thread; return how many."""
         if not points:
-            return
+            return 0
         # Encoding BM25 costs ~0.3 ms per chat turn: off the event loop, with the write.
         ids = [point.id for point in points]
         self._decoded.written(ids)
         try:
-            await asyncio.to_thread(self._upsert_now, points)
+            written = await asyncio.to_thread(self._upsert_now, points, only_changed)
         finally:
             self._decoded.written(ids)
-        self._upserted_since_optimize += len(points)
+        self._upserted_since_optimize += written
         every = self._auto_optimize_every
         if every is not None and self._upserted_since_optimize >= every:
             await self.optimize()
+        return written
 
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
@@ -257,20 +268,34 @@ class EdgeSearchIndex:
             return await asyncio.to_thread(call, request)
         return call(request)
 
-    def _upsert_now(self, points: Sequence[IndexPoint]) -> None:
-        """Encode the points and write them, blocking the calling thread."""
-        edge_points = [self._edge_point(point) for point in points]
-        self._opened().update(qe.UpdateOperation.upsert_points(edge_points))
+    def _upsert_now(self, points: Sequence[IndexPoint], only_changed: bool) -> int:
+        """Encode the points and write them (or those that changed), blocking the thread."""
+        sparse = [document_vector(point.text, self._avg_len) for point in points]
+        payloads = [stored_payload(p, vector) for p, vector in zip(points, sparse, strict=True)]
+        positions: Sequence[int] = range(len(points))
+        if only_changed:
+            ids = [point.id for point in points]
+            positions = changed(payloads, self._stored_digests(ids), ids)
+        if positions:
+            edge_points = [self._edge_point(points[i], sparse[i], payloads[i]) for i in positions]
+            self._opened().update(qe.UpdateOperation.upsert_points(edge_points))
+        return len(positions)
 
-    def _edge_point(self, point: IndexPoint) -> qe.Point:
+    def _stored_digests(self, ids: list[UUID]) -> dict[UUID, str | None]:
+        """Return the digest stored with each of these points that exists (blocking)."""
+        records = self._opened().retrieve(list(ids), [DIGEST_KEY], False)
+        return {point_key(record.id): (record.payload or {}).get(DIGEST_KEY) for record in records}
+
+    def _edge_point(
+        self, point: IndexPoint, sparse: SparseVector, payload: dict[str, Any]
+    ) -> qe.Point:
         """Return the Edge point: named dense and BM25 vectors, payload with the text."""
-        sparse = document_vector(point.text, self._avg_len)
         vectors: dict[str, qe.NamedVector] = {
             DENSE_VECTOR: dense_values(point.dense, self._dimension)
         }
         if sparse:
             vectors[SPARSE_VECTOR] = _edge_sparse(sparse)
-        return qe.Point(point.id, vectors, stored_payload(point))
+        return qe.Point(point.id, vectors, payload)
 
 
 def segment_kilobytes(points: int, dimension: int) -> int:

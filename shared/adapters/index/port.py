@@ -103,6 +103,15 @@ class SearchIndex(Protocol):
         """Insert the points, replacing any point with the same id."""
         ...
 
+    async def upsert_changed(self, points: Sequence[IndexPoint]) -> int:
+        """Write only the points that differ from what is stored under their ids.
+
+        A point differs when anything stored for it would: payload, text, dense vector or
+        BM25 vector (each point stores a digest of them). Return how many were written.
+        Replay uses it: a rebuild that gives back what the index holds writes nothing.
+        """
+        ...
+
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
         ...

@@ -11,15 +11,18 @@ from qdrant_client import AsyncQdrantClient, models
 
 from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
+    DIGEST_KEY,
     KEYWORD_FIELDS,
     SPARSE_VECTOR,
     TENANT_FIELD,
     TIME_FIELD,
     Condition,
     MatchAny,
+    changed,
     dense_values,
     hit_from_stored,
     point_from_stored,
+    point_key,
     scope_conditions,
     stored_payload,
 )
@@ -96,9 +99,35 @@ class QdrantServerIndex:
         """Insert the points, replacing any point with the same id."""
         # Encoding BM25 costs ~0.3 ms per chat turn: done in a worker thread, off the loop.
         structs = await asyncio.to_thread(self._point_structs, points)
+        await self._send(structs)
+
+    async def upsert_changed(self, points: Sequence[IndexPoint]) -> int:
+        """Write the points that differ from what is stored under their ids; return how many."""
+        if not points:
+            return 0
+        structs = await asyncio.to_thread(self._point_structs, points)
+        ids = [point.id for point in points]
+        stored = await self._stored_digests(ids)
+        payloads = [struct.payload or {} for struct in structs]
+        positions = changed(payloads, stored, ids)
+        await self._send([structs[position] for position in positions])
+        return len(positions)
+
+    async def _send(self, structs: Sequence[models.PointStruct]) -> None:
+        """Upsert the points, a bounded request at a time."""
         for start in range(0, len(structs), _UPSERT_BATCH):
             batch = structs[start : start + _UPSERT_BATCH]
             await self._client.upsert(self._collection, batch, wait=True)
+
+    async def _stored_digests(self, ids: Sequence[UUID]) -> dict[UUID, str | None]:
+        """Return the digest stored with each of these points that exists."""
+        records = await self._client.retrieve(
+            self._collection,
+            [str(point_id) for point_id in ids],
+            with_payload=[DIGEST_KEY],
+            with_vectors=False,
+        )
+        return {point_key(record.id): (record.payload or {}).get(DIGEST_KEY) for record in records}
 
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
@@ -207,7 +236,8 @@ class QdrantServerIndex:
         vectors: dict[str, Any] = {DENSE_VECTOR: dense_values(point.dense, self._dimension)}
         if sparse:
             vectors[SPARSE_VECTOR] = _server_sparse(sparse)
-        return models.PointStruct(id=str(point.id), vector=vectors, payload=stored_payload(point))
+        payload = stored_payload(point, sparse)
+        return models.PointStruct(id=str(point.id), vector=vectors, payload=payload)
 
 
 def _payload_indexes() -> dict[str, models.KeywordIndexParams | models.FloatIndexParams]:
