@@ -84,6 +84,19 @@ async def test_a_batch_equals_the_texts_one_by_one(onnx_minilm: OnnxEmbedder) ->
     np.testing.assert_allclose(one_by_one, batched, atol=1e-5)
 
 
+async def test_batches_run_on_several_lanes_give_the_vectors_of_one(
+    onnx_minilm: OnnxEmbedder,
+) -> None:
+    """A call cut into many batches, run two at a time, gives every text its own vector."""
+    texts = [f"Turn {i}: we talked about it." + " More detail." * (i % 13) for i in range(90)]
+    lanes = OnnxEmbedder(threads=2, batch_tokens=256)
+
+    one_lane = await OnnxEmbedder(threads=1, batch_tokens=256).embed(texts)
+
+    np.testing.assert_array_equal(one_lane, await lanes.embed(texts))
+    np.testing.assert_allclose(await onnx_minilm.embed(texts), one_lane, atol=1e-5)
+
+
 async def test_the_int8_export_is_another_model_close_to_the_original(
     torch_minilm: SentenceTransformerEmbedder,
 ) -> None:
