@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from sqlalchemy import delete
@@ -34,6 +35,8 @@ from memoryd.shared.domain.memories import memory_identity
 from memoryd.shared.settings import Settings
 from tests.fakes import CountingEmbedder
 
+EdgeIndex = TypeVar("EdgeIndex", bound=EdgeSearchIndex)
+
 pytestmark = pytest.mark.model
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)
@@ -57,11 +60,19 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-async def cache(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    """Yield the embedding cache's own SQLite file, as the stack keeps it (see bootstrap)."""
+async def store(tmp_path: Path) -> AsyncIterator[SqlEmbeddingStore]:
+    """Yield the embedding cache in its own SQLite file, as the stack keeps it (see bootstrap)."""
     created = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'embeddings.db'}")
-    yield created
+    cache = SqlEmbeddingStore(created)
+    await cache.create_schema()
+    yield cache
     await created.dispose()
+
+
+async def opened(index: EdgeIndex) -> EdgeIndex:
+    """Open the index (create its folder) and return it."""
+    await index.ensure_collection()
+    return index
 
 
 async def apply(
@@ -87,16 +98,13 @@ def remember(content: str, key: str, category: Category = Category.CORE) -> Memo
 
 
 async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
-    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """Indexed items are found by both streams; forget and session end remove them; replay
     rebuilds a fresh index from the SQL embedding cache without running the model."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(cache)
-    await store.create_schema()
     counting = CountingEmbedder(minilm)
-    index = EdgeSearchIndex(tmp_path / "index", 384)
-    await index.ensure_collection()
+    index = await opened(EdgeSearchIndex(tmp_path / "index", 384))
     projection = IndexerProjection(index, CachedEmbedder(counting, store))  # type: ignore[arg-type]
     tea = remember("I drink green tea every morning.", "drink")
     draft = remember("Draft reply to the landlord.", "draft", Category.CONVERSATION)
@@ -119,8 +127,7 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     await index.close()
 
     embedded = counting.texts
-    rebuilt = EdgeSearchIndex(tmp_path / "rebuilt", 384)
-    await rebuilt.ensure_collection()
+    rebuilt = await opened(EdgeSearchIndex(tmp_path / "rebuilt", 384))
     replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))  # type: ignore[arg-type]
     async with sessions() as session, session.begin():
         # Replay starts the indexer's own read models afresh (see runtime.replay).
@@ -133,14 +140,11 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
 
 
 async def test_a_daily_memory_expires_once_after_its_ttl(
-    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """After 30 days the sweep emits one expiry; once folded, the sweep emits none again."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(cache)
-    await store.create_schema()
-    index = EdgeSearchIndex(tmp_path / "index", 384)
-    await index.ensure_collection()
+    index = await opened(EdgeSearchIndex(tmp_path / "index", 384))
     indexer = IndexerProjection(index, CachedEmbedder(minilm, store))
     daily = remember("Dentist at 3pm today.", "today", Category.DAILY)
     core = remember("Allergic to peanuts.", "allergy")
@@ -162,13 +166,11 @@ async def test_a_daily_memory_expires_once_after_its_ttl(
 
 
 async def test_a_composed_window_costs_no_model_call_and_replays_to_the_same_vector(
-    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """With composed windows the model embeds the two turns, never their window; the window
     point's vector is their composition, live and rebuilt from the cache alike."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(cache)
-    await store.create_schema()
     counting = CountingEmbedder(minilm)
     keys = KeyOptions(composed_windows=True)
     question = TurnRecorded(occurred_at=T0, scope=ALICE, query="How often do you run?", response="")
@@ -179,8 +181,7 @@ async def test_a_composed_window_costs_no_model_call_and_replays_to_the_same_vec
     expected = composed(list(await minilm.embed(parts)), parts)
     found = []
     for folder, live in (("live", True), ("rebuilt", False)):
-        index = EdgeSearchIndex(tmp_path / folder, 384)
-        await index.ensure_collection()
+        index = await opened(EdgeSearchIndex(tmp_path / folder, 384))
         projection = IndexerProjection(index, CachedEmbedder(counting, store), keys)
         async with sessions() as session, session.begin():
             for table in IndexerProjection.tables:
@@ -207,15 +208,12 @@ class WritesCounted(EdgeSearchIndex):
 
 
 async def test_replay_onto_the_index_it_built_writes_only_what_is_missing(
-    tmp_path: Path, engine: AsyncEngine, cache: AsyncEngine, minilm: Embedder
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """Replay folds the log into the index the live pass built: the points it holds as the
     log gives them are not written again; a point lost meanwhile is written back."""
     sessions = session_factory(engine)
-    store = SqlEmbeddingStore(cache)
-    await store.create_schema()
-    index = WritesCounted(tmp_path / "index", 384)
-    await index.ensure_collection()
+    index = await opened(WritesCounted(tmp_path / "index", 384))
     projection = IndexerProjection(index, CachedEmbedder(minilm, store))
     turns = [
         TurnRecorded(occurred_at=T0, scope=ALICE, query=f"Day {n}: a walk.", response="")
