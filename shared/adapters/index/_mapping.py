@@ -103,6 +103,11 @@ def content_digest(payload: Mapping[str, Any], dense: DenseVector, sparse: Spars
     return digest.hexdigest()
 
 
+def stored_digests(records: Iterable[Any]) -> dict[UUID, str | None]:
+    """Return the digest each retrieved record holds, by id (None where it has none)."""
+    return {point_key(record.id): (record.payload or {}).get(DIGEST_KEY) for record in records}
+
+
 def changed(
     payloads: Sequence[Mapping[str, Any]], stored: Mapping[UUID, str | None], ids: Sequence[UUID]
 ) -> list[int]:

@@ -25,6 +25,7 @@ from memoryd.shared.adapters.index._mapping import (
     point_from_stored,
     point_key,
     scope_conditions,
+    stored_digests,
     stored_payload,
 )
 from memoryd.shared.adapters.index.port import DenseVector, Hit, IndexPoint, ScopeFilter
@@ -283,8 +284,7 @@ class EdgeSearchIndex:
 
     def _stored_digests(self, ids: list[UUID]) -> dict[UUID, str | None]:
         """Return the digest stored with each of these points that exists (blocking)."""
-        records = self._opened().retrieve(list(ids), [DIGEST_KEY], False)
-        return {point_key(record.id): (record.payload or {}).get(DIGEST_KEY) for record in records}
+        return stored_digests(self._opened().retrieve(list(ids), [DIGEST_KEY], False))
 
     def _edge_point(
         self, point: IndexPoint, sparse: SparseVector, payload: dict[str, Any]

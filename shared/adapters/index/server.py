@@ -22,8 +22,8 @@ from memoryd.shared.adapters.index._mapping import (
     dense_values,
     hit_from_stored,
     point_from_stored,
-    point_key,
     scope_conditions,
+    stored_digests,
     stored_payload,
 )
 from memoryd.shared.adapters.index.port import DenseVector, Hit, IndexPoint, ScopeFilter
@@ -127,7 +127,7 @@ class QdrantServerIndex:
             with_payload=[DIGEST_KEY],
             with_vectors=False,
         )
-        return {point_key(record.id): (record.payload or {}).get(DIGEST_KEY) for record in records}
+        return stored_digests(records)
 
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
