@@ -13,6 +13,12 @@ thread that lost it. Measured on two cores, int8 MiniLM, 256 texts a call: alone
 465 texts/s against 456 for two threads a batch (one thread: 269); beside a process that
 keeps one core busy, two lanes 299 against 218 (one thread: 265). The vectors are the same to
 the bit: a batch's numbers do not depend on how many threads compute it.
+
+Batches are small (``BATCH_TOKENS``, 512 tokens, padding included): a batch of similar lengths
+pads less, its activations stay in the core's cache, and a call's many batches share the lanes
+evenly. Measured on two cores, fp32, the keys of 1,500 LongMemEval turns in calls of 620 texts
+(the keys of a pulled batch of 256 turns): 4,096 tokens a batch 114-154 texts/s, 512 tokens
+163-179, 128-256 the same as 512. The vectors are the same to the bit.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 INT8_SUFFIX = "-int8"
+BATCH_TOKENS = 512  # tokens in one model run, padding included (see above)
 
 
 def default_model_cache() -> Path:
@@ -97,7 +104,7 @@ class OnnxEmbedder:
         *,
         int8: bool = False,
         threads: int | None = None,
-        batch_tokens: int = 4_096,
+        batch_tokens: int = BATCH_TOKENS,
         cache_dir: Path | None = None,
         max_tokens: int | None = None,
     ) -> None:
