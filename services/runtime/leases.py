@@ -240,6 +240,11 @@ class Leases:
     async def _take(self, kv: KeyValue, name: str) -> None:
         try:
             revision = await kv.create(name, self.holder.encode())
+        except KeyNotFoundError:
+            # Another member's lease was there when the create was refused and had lapsed when
+            # nats-py read it back: free now, taken on the next tick (not a reason to exit).
+            log.info("lease_lapsed_while_taken", lane=name, holder=self.holder)
+            return
         except KeyWrongLastSequenceError:
             adopted = await self._adopt(kv, name)
             if adopted is None:

@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 import pytest
@@ -141,3 +142,44 @@ async def test_a_crashed_replicas_partitions_go_to_another_once_they_lapse(
     took = time.monotonic() - started
     assert took >= 1.0, f"taken over in {took:.1f} s, before the 1.5 s leases lapsed"
     await survivor.stop()
+
+
+async def test_a_lease_that_lapses_while_it_is_taken_is_taken_on_the_next_tick(
+    bucket: tuple[JetStreamContext, str],
+) -> None:
+    """The race a replica's start lost in the fault suite: the partition looks free, another
+    member writes its lease before this member's create (refused), and that lease lapses
+    before nats-py reads it back (not found). The start goes on; the next tick takes it.
+
+    The server's answers are real; the test only orders them: the other member's write and
+    the lapse (a purge of the key, as the bucket's age limit does) happen inside the create.
+    """
+    js, name = bucket
+    runs: set[str] = set()
+    leases = Leases(js, name, lanes(runs), ttl=30.0, holder="stm-1")
+    kv = await leases._bucket()
+    leases._kv = kv
+    contested = LANES[0]
+    write, read = kv._update, kv._get
+    raced: list[str] = []
+
+    async def update(key: str, value: bytes, **options: Any) -> int:
+        if key == contested and options.get("last") == 0 and not raced:
+            raced.append(key)
+            await kv.put(key, b"stm-2")  # the other member, a moment earlier
+        return await write(key, value, **options)
+
+    async def get(key: str, *args: Any, **options: Any) -> Any:
+        if key in raced:
+            await js.purge_stream(f"KV_{name}", subject=f"$KV.{name}.{key}")  # it lapses
+        return await read(key, *args, **options)
+
+    kv._update, kv._get = update, get  # type: ignore[method-assign]
+    await leases.start()
+    assert raced == [contested]
+    assert runs == set(LANES) - {contested}
+
+    await leases.tick()
+
+    assert runs == set(LANES)
+    await leases.stop()
