@@ -289,7 +289,8 @@ WORKER_BATCH = 512  # texts per joined model call (the model bounds its own batc
 # Texts the embedding cache hands the model in one call, of a batch's misses. Larger calls give
 # the model's lanes more batches to share: the model alone ran calls of 250 texts at 226 texts/s
 # against 284 at 1,000 (fp32, two cores); `bench peers --only memoryd --n-write 1500`, two
-# alternating pairs: 58.6 / 54.0 msgs/s at 256, 61.1 / 64.4 at 1,024.
+# alternating pairs: 58.6 / 54.0 msgs/s at 256, 61.1 / 64.4 at 1,024 (both when the model ran
+# batches of 4,096 tokens; not measured again since its batches are 512).
 WORKER_CACHE_CALL = 1_024
 
 
