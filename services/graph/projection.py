@@ -91,6 +91,7 @@ class GraphProjection:
             UserErased,
         }
     )
+    decides: frozenset[type[Event]] = frozenset({GraphExtracted})
     tables = (graph_nodes, graph_edges, graph_mentions, graph_items)
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog) -> None:

@@ -73,6 +73,7 @@ class IndexerProjection:
     folds: frozenset[type[Event]] = frozenset(
         {TurnRecorded, MemoryRemembered, MemoryForgotten, MemoryExpired, SessionEnded, UserErased}
     )
+    decides: frozenset[type[Event]] = frozenset()
     tables = store.TABLES
 
     def __init__(

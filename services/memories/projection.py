@@ -34,6 +34,7 @@ class MemoriesProjection:
     folds: frozenset[type[Event]] = frozenset(
         {MemoryRemembered, MemoryForgotten, SessionEnded, UserErased}
     )
+    decides: frozenset[type[Event]] = frozenset()
     tables = store.TABLES
 
     def __init__(self, daily_ttl_days: int) -> None:

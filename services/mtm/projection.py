@@ -101,6 +101,9 @@ class MtmProjection:
             UserErased,
         }
     )
+    decides: frozenset[type[Event]] = frozenset(
+        {PageFiled, SegmentSummarised, SegmentPromoted, SegmentEvicted}
+    )
     tables = mtm_store.TABLES
 
     def __init__(

@@ -106,6 +106,7 @@ class PersonaProjection:
 
     consumer = subjects.PERSONA_CONSUMER
     folds: frozenset[type[Event]] = frozenset({SegmentPromoted, PersonaExtracted, UserErased})
+    decides: frozenset[type[Event]] = frozenset({PersonaExtracted})
     tables = store.TABLES
 
     def __init__(

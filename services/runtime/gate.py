@@ -23,6 +23,7 @@ class GateProjection:
 
     consumer = subjects.GATE_CONSUMER
     folds: frozenset[type[Event]] = frozenset()
+    decides: frozenset[type[Event]] = frozenset()
     tables: tuple[Table, ...] = ()
 
     async def apply(

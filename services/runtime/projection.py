@@ -70,11 +70,14 @@ class Projection(Protocol):
 
     ``consumer`` names its durable consumer and tracking row; ``tables`` are the read models
     it alone writes (replay, verify and erasure work on them); ``folds`` are the event types
-    it applies: the others only move its position (no ledger row, no call).
+    it applies: the others only move its position (no ledger row, no call); ``decides`` are
+    the folded types it records itself, live, as decisions about a trigger (``decisions``):
+    folded at once, at the trigger's place in the log, and skipped when their copy comes back.
     """
 
     consumer: str
     folds: frozenset[type[Event]]
+    decides: frozenset[type[Event]]
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -191,6 +194,7 @@ class PartitionOf:
         self.partitions = partitions
         self.consumer = subjects.partition_consumer(projection.consumer, partition)
         self.folds = projection.folds
+        self.decides = projection.decides
 
     def users_partition(self, event: Event) -> int:
         """Return the partition ``event``'s user is filed under."""

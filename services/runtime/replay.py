@@ -4,6 +4,8 @@ Replay applies, for each projection, exactly the events its live consumer had ac
 (its ack floor): derived events for those were published live and are in the log already,
 so replay publishes nothing and notifies no one. Events past the ack floor are left to the
 live consumer, which will apply them (and publish their derived events) when it resumes.
+A projection's own decisions are the exception that proves the rule: live, it folded each
+one with its trigger, so replay folds it there too, wherever its copy lies (``placed``).
 Run it while the workers are stopped.
 """
 
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -188,6 +191,50 @@ async def drop_owned(
         await ledger.forget_consumers(session, ledgers)
 
 
+def placed(projection: Projection, events: Sequence[Positioned], target: int) -> list[Positioned]:
+    """Return what ``projection`` folds of ``events`` up to ``target``, in the order it
+    folded them live.
+
+    Live, a worker folds a decision of its own (``projection.decides``) the moment it makes
+    it, with its trigger, and skips the copy when it comes back through the log, as late as
+    the worker's lag. So a decision stands at its trigger's sequence here (a decision about a
+    decision at the first trigger's): it folds right after the trigger, and up to ``target``
+    exactly when its trigger does, however far past ``target`` its copy lies. A decision
+    whose trigger is not in ``events`` stays where its copy is.
+    """
+    at: dict[uuid.UUID, int] = {}
+    mine: list[Positioned] = []
+    for item in events:
+        event = item.event
+        if not folds_event(projection, event):
+            continue
+        sequence = item.sequence
+        cause: uuid.UUID | None = getattr(event, "cause_event_id", None)
+        if cause is not None and type(event) in projection.decides:
+            sequence = at.get(cause, sequence)
+        at[event.event_id] = sequence
+        if sequence <= target:
+            mine.append(item if sequence == item.sequence else Positioned(event, sequence))
+    return sorted(mine, key=lambda item: item.sequence)  # stable: a trigger before its decisions
+
+
+def batches(items: Sequence[Positioned], size: int) -> Iterator[Sequence[Positioned]]:
+    """Split ``items`` into batches of about ``size``, never between two items of one
+    sequence (a trigger and its decisions): the next batch would take them as applied."""
+    start = 0
+    while start < len(items):
+        end = min(start + size, len(items))
+        while end < len(items) and items[end].sequence == items[end - 1].sequence:
+            end += 1
+        yield items[start:end]
+        start = end
+
+
+async def log_end(js: JetStreamContext, stream: str) -> int:
+    """Return the last sequence of the log (0 when empty)."""
+    return int((await js.stream_info(stream)).state.last_seq or 0)
+
+
 async def fold(
     sessions: async_sessionmaker[AsyncSession],
     projections: Sequence[Projection],
@@ -199,20 +246,23 @@ async def fold(
 ) -> dict[str, float]:
     """Fold ``events`` into each projection up to its target sequence, publishing nothing.
 
-    ``progress(consumer, folded, total)`` is told after each batch. Return the seconds each
-    projection took.
+    ``events`` run to the end of the log: a decision folded with its trigger may lie past the
+    target (``placed``). ``progress(consumer, folded, total)`` is told after each batch.
+    Return the seconds each projection took.
     """
     seconds: dict[str, float] = {}
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
-        mine = [i for i in events if i.sequence <= target and folds_event(projection, i.event)]
+        mine = placed(projection, events, target)
         if progress is not None:
             progress(projection.consumer, 0, len(mine))
-        for start in range(0, len(mine), batch_size):
-            await apply_once(sessions, projection, mine[start : start + batch_size], None)
+        folded = 0
+        for batch in batches(mine, batch_size):
+            await apply_once(sessions, projection, batch, None)
+            folded += len(batch)
             if progress is not None:
-                progress(projection.consumer, min(start + batch_size, len(mine)), len(mine))
+                progress(projection.consumer, folded, len(mine))
         if target:  # a projection that never read an event has no position, live or replayed
             async with sessions() as session, session.begin():
                 await tracking.advance(session, projection.consumer, target)
@@ -237,7 +287,8 @@ async def replay(
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
     with heap.folding() as freeze:
-        events = decode_log(await read_log(js, stream, max(targets.values(), default=0)))
+        until = await log_end(js, stream) if any(targets.values()) else 0
+        events = decode_log(await read_log(js, stream, until))
         freeze()  # the decoded log lives to the end: no collector pass walks it again
         await drop_owned(engine, sessions, projections)
         folded = await fold(

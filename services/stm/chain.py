@@ -130,6 +130,7 @@ class ChainProjection:
 
     consumer = subjects.CHAIN_CONSUMER
     folds: frozenset[type[Event]] = frozenset({TurnRecorded, PageChained, UserErased})
+    decides: frozenset[type[Event]] = frozenset({PageChained})
     tables = store.TABLES
 
     def __init__(self, llm: MemoryLlm, decisions: DecisionLog, capacity: int) -> None:

@@ -104,6 +104,7 @@ class StmProjection:
 
     consumer = subjects.STM_CONSUMER
     folds: frozenset[type[Event]] = frozenset({TurnRecorded, UserErased})
+    decides: frozenset[type[Event]] = frozenset()
     tables = store.TABLES
 
     def __init__(self, capacity: int) -> None:

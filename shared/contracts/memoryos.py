@@ -24,6 +24,11 @@ class PageChained(Event):
     meta_chain: OptionalText
     decided_by: str
 
+    @property
+    def cause_event_id(self) -> uuid.UUID:
+        """Return the event this decision is about, as other decisions name it: the turn."""
+        return self.turn_id
+
 
 class PageFiled(Event):
     """An evicted STM page was filed into an MTM segment (``opened``: it started the segment)."""

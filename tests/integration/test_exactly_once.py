@@ -16,13 +16,15 @@ from sqlalchemy import delete, select
 
 from memoryd.services.bootstrap import Stack, build_projections
 from memoryd.services.runtime.consumer import consumer_config
+from memoryd.services.runtime.decisions import JetStreamDecisionLog
+from memoryd.services.runtime.projection import Positioned, apply_once, consumer_filters
 from memoryd.services.runtime.replay import replay
 from memoryd.shared import subjects
 from memoryd.shared.adapters.dead_letters import read_dead_letters
 from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.adapters.nats_log import EventPublisher, ensure_streams
 from memoryd.shared.adapters.sql.schema import read_model_checksums
-from memoryd.shared.adapters.sql.tables import memories, stm_pages, tracking
+from memoryd.shared.adapters.sql.tables import memories, stm_chain, stm_pages, tracking
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope, TurnRecorded, encode_event
 from memoryd.shared.settings import Settings
@@ -267,3 +269,46 @@ async def applied_everywhere(
         if turn_id in pages and all(applied.get(c, 0) >= 1 for c in readers):
             return pages
         await asyncio.sleep(0.2)
+
+
+@pytest.mark.model
+async def test_a_decision_still_on_its_way_back_is_kept_by_verify_and_replay(
+    make_stack: StackFactory,
+) -> None:
+    """A worker that applied a turn and recorded its decision, then stopped before the
+    decision's copy came back through the log (the window is as wide as the worker's lag):
+    verify finds the live state equal to the log, and a replay keeps the page's meta chain."""
+    stack = await make_stack(components=())
+    settings, stream = stack.settings, stack.settings.stream_name
+    scope = new_scope()
+    turn = TurnRecorded(occurred_at=T0, scope=scope, query="I moved to Lisbon", response="Nice!")
+    await EventPublisher(stack.js, stream).publish(turn)
+    retrieval = await stack.retrieval_resources()
+    decisions = JetStreamDecisionLog(stack.js, stream)
+    (chain,) = build_projections(settings, ("chain",), retrieval, decisions)
+    config = consumer_config(chain.consumer, settings, consumer_filters(chain))
+    await stack.js.add_consumer(stream, config)
+    worker = await stack.js.pull_subscribe_bind(durable=chain.consumer, stream=stream)
+    (msg,) = await worker.fetch(1, timeout=5)
+    await apply_once(
+        stack.sessions, chain, [Positioned(turn, msg.metadata.sequence.stream)], stack.publisher
+    )
+    await msg.ack_sync()  # the decision is in the log, after the turn: not read back yet
+    await worker.unsubscribe()
+    chained = await meta_chains(stack)
+
+    report = await stack.verify()
+    await replay(
+        stack.js, stream, stack.engine, stack.sessions, build_projections(settings, ("chain",))
+    )
+
+    assert report.equal, [line for line in report.lines() if line.startswith("DIFF")]
+    assert chained == await meta_chains(stack)
+    assert "" not in chained.values()  # the decision summarised the chain
+
+
+async def meta_chains(stack: Stack) -> dict[uuid.UUID, str]:
+    """Return each chained page's meta chain."""
+    async with stack.engine.connect() as conn:
+        rows = await conn.execute(select(stm_chain.c.turn_id, stm_chain.c.meta_chain))
+        return {row.turn_id: row.meta_chain for row in rows}
