@@ -33,7 +33,6 @@ from typing import Any
 from memoryd.shared.adapters.embedded_nats import (
     EmbeddedNats,
     die_with_parent,
-    free_port,
     free_ports,
 )
 from memoryd.shared.adapters.nats_log import NatsAuth, connect, ensure_streams
@@ -220,8 +219,11 @@ class Topology:
         """Start the cluster, create the R3 streams once, start every process, wait until ready."""
         await self.nats.start()
         await self._ensure_streams()
-        for name, components in self.process_groups().items():
-            port = free_port()
+        groups = self.process_groups()
+        # Distinct ports, taken at once: a process binds its port seconds after it is spawned,
+        # so a port picked for the next one by itself could be the same (it happened: two
+        # processes on one port, the second exited, the first answered both readiness checks).
+        for (name, components), port in zip(groups.items(), free_ports(len(groups)), strict=True):
             env = self.process_env(name, port)
             process = ComponentProcess(name, components, env, self.base / f"{name}.log", port)
             process.start()
