@@ -202,16 +202,16 @@ def placed(projection: Projection, events: Sequence[Positioned], target: int) ->
     exactly when its trigger does, however far past ``target`` its copy lies. A decision
     whose trigger is not in ``events`` stays where its copy is.
     """
+    folded = [item for item in events if folds_event(projection, item.event)]
+    if not projection.decides:
+        return [item for item in folded if item.sequence <= target]
     at: dict[uuid.UUID, int] = {}
     mine: list[Positioned] = []
-    for item in events:
-        event = item.event
-        if not folds_event(projection, event):
-            continue
-        sequence = item.sequence
-        cause: uuid.UUID | None = getattr(event, "cause_event_id", None)
-        if cause is not None and type(event) in projection.decides:
-            sequence = at.get(cause, sequence)
+    for item in folded:
+        event, sequence = item.event, item.sequence
+        if type(event) in projection.decides:
+            cause: uuid.UUID | None = getattr(event, "cause_event_id", None)
+            sequence = at.get(cause, sequence) if cause is not None else sequence
         at[event.event_id] = sequence
         if sequence <= target:
             mine.append(item if sequence == item.sequence else Positioned(event, sequence))
