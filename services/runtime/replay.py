@@ -35,6 +35,7 @@ from memoryd.services.runtime.projection import (
     folds_event,
 )
 from memoryd.shared import subjects
+from memoryd.shared.adapters.nats_log import last_sequence
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
 from memoryd.shared.adapters.sql.tables import metadata
@@ -230,9 +231,13 @@ def batches(items: Sequence[Positioned], size: int) -> Iterator[Sequence[Positio
         start = end
 
 
-async def log_end(js: JetStreamContext, stream: str) -> int:
-    """Return the last sequence of the log (0 when empty)."""
-    return int((await js.stream_info(stream)).state.last_seq or 0)
+async def log_to_fold(
+    js: JetStreamContext, stream: str, targets: dict[str, int]
+) -> list[Positioned]:
+    """Return the decoded log a fold up to ``targets`` needs: all of it (a decision folded
+    with its trigger may lie past every target, ``placed``), or none when no target is set."""
+    until = await last_sequence(js, stream) if any(targets.values()) else 0
+    return decode_log(await read_log(js, stream, until))
 
 
 async def fold(
@@ -287,8 +292,7 @@ async def replay(
     targets = {p.consumer: await acked_position(js, stream, p.consumer) for p in projections}
     started = time.perf_counter()
     with heap.folding() as freeze:
-        until = await log_end(js, stream) if any(targets.values()) else 0
-        events = decode_log(await read_log(js, stream, until))
+        events = await log_to_fold(js, stream, targets)
         freeze()  # the decoded log lives to the end: no collector pass walks it again
         await drop_owned(engine, sessions, projections)
         folded = await fold(

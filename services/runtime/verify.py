@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.runtime.projection import Projection
-from memoryd.services.runtime.replay import decode_log, fold, log_end, owned_tables, read_log
+from memoryd.services.runtime.replay import fold, log_to_fold, owned_tables
 from memoryd.shared.adapters.index.port import IndexPoint, SearchIndex
 from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.adapters.sql.schema import create_schema, table_checksum
@@ -152,8 +152,7 @@ async def verify(
     makes its tables differ from the positions read at the start.
     """
     positions = await live_positions(live_sessions, scratch.projections)
-    until = await log_end(js, stream) if any(positions.values()) else 0
-    events = decode_log(await read_log(js, stream, until))
+    events = await log_to_fold(js, stream, positions)
     await create_schema(scratch.engine)
     await fold(scratch.sessions, scratch.projections, events, positions)
     live = await tally_tables(live_engine, scratch.projections)

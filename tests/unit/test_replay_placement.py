@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memoryd.services.runtime.projection import Positioned
@@ -22,9 +22,7 @@ class Deciding:
 
     consumer: str = "chain"
     folds: frozenset[type[Event]] = frozenset({TurnRecorded, PageChained, LlmStepFailed})
-    decides: frozenset[type[Event]] = field(
-        default_factory=lambda: frozenset({PageChained, LlmStepFailed})
-    )
+    decides: frozenset[type[Event]] = frozenset({PageChained, LlmStepFailed})
 
 
 def turn(query: str) -> TurnRecorded:
