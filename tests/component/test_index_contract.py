@@ -4,6 +4,7 @@ The server adapter runs in qdrant-client's local mode (``":memory:"``), which br
 searches and ignores payload indexes but applies filters and the IDF modifier.
 """
 
+import random
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -140,6 +141,31 @@ async def test_hits_come_best_first_and_respect_the_limit(index: SearchIndex) ->
         scores = [hit.score for hit in hits]
         assert sorted(scores, reverse=True) == scores
         assert 5 == len(hits)
+
+
+@pytest.mark.parametrize("stream", ["dense", "sparse"])
+async def test_equal_scores_come_by_id_however_the_points_were_written(
+    index: SearchIndex, stream: str
+) -> None:
+    """Tied points come in id order and a cut keeps the smallest ids, whatever the write order.
+
+    Two builds of one index write their points in different batches; a recall must not
+    change with that, so the engine's storage order may not decide among equal scores.
+    """
+    rng = random.Random(7)
+    tied = [_point("tea at noon", point_id=UUID(int=rng.getrandbits(128))) for _ in range(40)]
+    best = _point("tea at noon with tea", dense=_axis(0))
+    rng.shuffle(tied)
+    await index.upsert(tied[:25])
+    await index.upsert([best, *tied[25:]])
+    tied_ids = sorted(point.id for point in tied)
+    if stream == "dense":  # the same vector as the ties: one more tied point
+        hits = await index.search_dense(_axis(0), ACME, limit=7)
+        expected = sorted([*tied_ids, best.id])[:7]
+    else:  # two "tea"s: the best BM25 score, then the ties
+        hits = await index.search_sparse("tea", ACME, limit=7)
+        expected = [best.id, *tied_ids][:7]
+    assert expected == [hit.id for hit in hits]
 
 
 async def test_stopword_only_query_finds_nothing(index: SearchIndex) -> None:

@@ -34,3 +34,13 @@ def test_each_turn_becomes_one_event_in_order_with_its_speaker_and_date() -> Non
     assert ["D1:1", "D1:2"] == [mapping[str(e.event_id)] for e in events]
     assert DATE == events[0].occurred_at
     assert "session_1" == events[0].scope.session_id
+
+
+def test_every_run_writes_the_same_event_ids() -> None:
+    """Ids come from the turns' places, so two runs index the same points under the same ids
+    (and equal scores rank alike); each turn of each dataset has its own."""
+    first = [e.event_id for e in conversation_events("locomo", conversation(), True)[1]]
+    again = [e.event_id for e in conversation_events("locomo", conversation(), True)[1]]
+    other = [e.event_id for e in conversation_events("longmemeval", conversation(), False)[1]]
+    assert first == again
+    assert 4 == len({*first, *other})

@@ -9,10 +9,14 @@ from hypothesis import strategies as st
 
 from memoryd.shared.adapters.index._mapping import (
     DIGEST_KEY,
+    MOST_ASKED,
     InRange,
     MatchAny,
+    best_first,
     dense_values,
     hit_from_stored,
+    more_needed,
+    runs_of_equal,
     scope_conditions,
     stored_payload,
 )
@@ -131,3 +135,48 @@ def test_the_digest_changes_with_anything_a_point_stores() -> None:
 
     assert _digest(point) == _digest(same)
     assert len({_digest(point), *map(_digest, variants), _digest(point, 10.0)}) == 5
+
+
+@pytest.mark.parametrize(
+    ("scores", "limit", "asked", "needed"),
+    [
+        ([3.0, 2.0, 1.0], 2, 3, False),  # the cut falls between different scores
+        ([3.0, 2.0, 2.0], 2, 3, True),  # a tie runs across the cut and maybe further
+        ([2.0, 2.0, 2.0, 1.0], 2, 4, False),  # the tie ends inside the reply: all of it is here
+        ([2.0, 2.0], 2, 3, False),  # fewer points than asked: the engine holds no more
+        ([2.0] * MOST_ASKED, 2, MOST_ASKED, False),  # asked enough: the cut stays where it is
+        ([], 0, 1, False),
+    ],
+)
+def test_more_needed_only_while_a_tie_may_run_past_the_reply(
+    scores: list[float], limit: int, asked: int, needed: bool
+) -> None:
+    assert needed is more_needed(scores, limit, asked)
+
+
+def test_scores_a_few_last_places_apart_are_one_run_and_farther_ones_are_not() -> None:
+    noisy = 14.4735 * (1 - 2e-7)  # one score as two builds of the engine summed it
+    assert [0, 0, 1, 2, 2] == runs_of_equal([14.4735, noisy, 14.47, 9.0, 9.0])
+
+
+def test_more_needed_when_the_cut_and_the_reply_end_lie_in_one_run() -> None:
+    assert more_needed([3.0, 2.0 * (1 + 1e-7), 2.0], 2, 3)
+
+
+_scores = st.sampled_from([0.5, 1.0, 1.0 * (1 - 1e-7), 2.0])
+
+
+@given(st.lists(st.tuples(st.uuids(), _scores, st.none()), unique_by=lambda t: t[0]))
+def test_best_first_is_the_same_whatever_the_order_it_is_given(
+    scored: list[tuple[object, float, None]],
+) -> None:
+    """Ties, and scores a last place apart, come by id; each keeps its run's best score."""
+    limit = 5
+    kept = best_first(scored, limit)
+    assert kept == best_first(list(reversed(scored)), limit)
+    best_of_run = 1.0 if any(score == 1.0 for _, score, _ in scored) else 1.0 * (1 - 1e-7)
+    equal = [
+        (point_id, best_of_run if 0.99 < score <= 1.0 else score, payload)
+        for point_id, score, payload in scored
+    ]
+    assert kept == sorted(equal, key=lambda item: (-item[1], item[0]))[:limit]

@@ -36,6 +36,7 @@ KEYWORD_FIELDS = (
     "memory_type",
 )
 _EXACT_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
+Scored = tuple[Any, float, Any]  # a point id, its score, and its payload if read
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,59 @@ def decoded(point_id: UUID | str | int, payload: Mapping[str, Any]) -> Decoded:
 def point_key(point_id: UUID | str | int) -> UUID:
     """Return a point id as the UUID it is (the engine hands UUIDs back; others are parsed)."""
     return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
+
+
+# A search asks the engine for one point past its limit, to see whether equal scores run
+# across the cut; while they do, it asks for twice as many, up to this many points.
+MOST_ASKED = 1_024
+# Scores closer than this (relative) are equal. The engine sums a BM25 score's terms in float32
+# in an order of its own, so one point's score differs between two builds of the same index by
+# a few units in the last place: up to 1.9e-7 relative over LoCoMo's questions (two builds,
+# 24,639 hits), while two different BM25 scores sit much further apart.
+SAME_SCORE = 1e-5
+
+
+def runs_of_equal(scores: Sequence[float]) -> list[int]:
+    """Number the runs of equal scores in a best-first list: 0, 0, 1, 2, 2, ...
+
+    A score is equal to the one before it when closer than ``SAME_SCORE`` of it; a run is a
+    chain of such scores (a tie the engine's rounding has spread over a few last places).
+    """
+    runs: list[int] = []
+    run = 0
+    for position, score in enumerate(scores):
+        if position and scores[position - 1] - score > SAME_SCORE * abs(scores[position - 1]):
+            run += 1
+        runs.append(run)
+    return runs
+
+
+def more_needed(scores: Sequence[float], limit: int, asked: int) -> bool:
+    """Say whether a search must ask again for more than ``asked`` points to cut at ``limit``.
+
+    ``scores`` are what the engine returned for ``asked``, best first. Among equal scores the
+    engine's order is its own storage order, which differs between two builds of the same
+    index (the batches points arrived in). When the cut and the end of the reply lie in one
+    run of equal scores, points the engine left out may tie with the last one kept.
+    """
+    if not 0 < limit < len(scores) == asked < MOST_ASKED:
+        return False
+    runs = runs_of_equal(scores)
+    return runs[-1] == runs[limit - 1]
+
+
+def best_first(scored: Iterable[Scored], limit: int) -> list[Scored]:
+    """Return the ``limit`` best (id, score, payload) triples: by score, equal scores by id.
+
+    Every point of a run of equal scores (``runs_of_equal``) is given the run's best score. A
+    search's answer is then a function of the index's contents alone: the same points in, the
+    same hits in the same order out, however and in whatever batches they were written.
+    """
+    ordered = sorted(scored, key=lambda item: -item[1])
+    runs = runs_of_equal([item[1] for item in ordered])
+    firsts = {run: item[1] for run, item in zip(reversed(runs), reversed(ordered), strict=True)}
+    ranked = sorted(zip(runs, ordered, strict=True), key=lambda it: (it[0], point_key(it[1][0])))
+    return [(item[0], firsts[run], item[2]) for run, item in ranked[:limit]]
 
 
 class DecodedPoints:

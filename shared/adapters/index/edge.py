@@ -14,14 +14,17 @@ from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
     DIGEST_KEY,
     KEYWORD_FIELDS,
+    MOST_ASKED,
     SPARSE_VECTOR,
     TENANT_FIELD,
     TIME_FIELD,
     Condition,
     DecodedPoints,
     MatchAny,
+    best_first,
     changed,
     dense_values,
+    more_needed,
     point_from_stored,
     point_key,
     scope_conditions,
@@ -233,15 +236,22 @@ class EdgeSearchIndex:
 
         The query asks for ids and scores only, and the payloads not decoded already are read
         by id: a query of 40 with payloads took 4.4-4.6 ms here, without them 1.0 ms, and
-        reading 40 payloads by id 0.44 ms (10,000 points in one scope).
+        reading 40 payloads by id 0.44 ms (10,000 points in one scope). Equal scores come
+        by point id, and a cut never falls inside them (``more_needed``, ``best_first``).
         """
         started = self._decoded.epoch
-        request = qe.QueryRequest(
-            limit=limit, query=query, filter=_edge_filter(scope), with_payload=False
-        )
-        scored = await self._read(self._opened().query, request)
-        payloads = await self._payloads(self._decoded.missing(point.id for point in scored))
-        found = ((p.id, p.score, payloads.get(point_key(p.id))) for p in scored)
+        asked = limit + 1
+        while True:
+            request = qe.QueryRequest(
+                limit=asked, query=query, filter=_edge_filter(scope), with_payload=False
+            )
+            scored = await self._read(self._opened().query, request)
+            if not more_needed([point.score for point in scored], limit, asked):
+                break
+            asked = min(2 * asked, MOST_ASKED)
+        kept = best_first(((point.id, point.score, None) for point in scored), limit)
+        payloads = await self._payloads(self._decoded.missing(point[0] for point in kept))
+        found = ((pid, score, payloads.get(point_key(pid))) for pid, score, _ in kept)
         return self._decoded.hits(found, started)
 
     async def _payloads(self, ids: Sequence[Any]) -> dict[UUID, dict[str, Any]]:

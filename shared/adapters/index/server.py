@@ -13,14 +13,17 @@ from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
     DIGEST_KEY,
     KEYWORD_FIELDS,
+    MOST_ASKED,
     SPARSE_VECTOR,
     TENANT_FIELD,
     TIME_FIELD,
     Condition,
     MatchAny,
+    best_first,
     changed,
     dense_values,
     hit_from_stored,
+    more_needed,
     point_from_stored,
     scope_conditions,
     stored_digests,
@@ -213,18 +216,22 @@ class QdrantServerIndex:
     async def _search(
         self, query: list[float] | models.SparseVector, using: str, scope: ScopeFilter, limit: int
     ) -> list[Hit]:
-        """Run one query in scope and return its hits."""
-        response = await self._client.query_points(
-            self._collection,
-            query=query,
-            using=using,
-            query_filter=_server_filter(scope),
-            limit=limit,
-            with_payload=True,
-        )
-        return [
-            hit_from_stored(point.id, point.score, point.payload or {}) for point in response.points
-        ]
+        """Run one query in scope and return its hits (equal scores by point id, ``best_first``)."""
+        asked = limit + 1
+        while True:
+            response = await self._client.query_points(
+                self._collection,
+                query=query,
+                using=using,
+                query_filter=_server_filter(scope),
+                limit=asked,
+                with_payload=True,
+            )
+            if not more_needed([point.score for point in response.points], limit, asked):
+                break
+            asked = min(2 * asked, MOST_ASKED)
+        scored = ((point.id, point.score, point.payload or {}) for point in response.points)
+        return [hit_from_stored(*found) for found in best_first(scored, limit)]
 
     def _point_structs(self, points: Sequence[IndexPoint]) -> list[models.PointStruct]:
         """Return the server points for the index points."""
