@@ -119,10 +119,11 @@ def fold_turn(rows: list[dict[str, Any]], turn: TurnRecorded, sequence: int) -> 
 
 def fold_chained(rows: list[dict[str, Any]], chained: PageChained) -> None:
     """Set the verdict and summary on the page's row (gone already: nothing to do)."""
-    for row in rows:
+    for row in reversed(rows):  # the page decided is nearly always the newest; ids are unique
         if row["turn_id"] == chained.turn_id:
             row.update(linked=chained.linked, meta_chain=chained.meta_chain)
             row["changed"] = True
+            return
 
 
 class ChainProjection:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
 from memoryd.services.runtime.projection import DeadLetter, decode_message
-from memoryd.shared.contracts.catalog import decode_event
+from memoryd.shared.adapters.nats_log import subject_of
+from memoryd.shared.contracts import Scope, TurnRecorded
+from memoryd.shared.contracts.catalog import decode_event, encode_event
 from memoryd.shared.contracts.errors import describe_validation_error
 
 BAD_TURN = json.dumps(
@@ -54,3 +57,20 @@ def test_decode_message_dead_letter_reason_is_one_line() -> None:
     reason = str(caught.value)
     assert "\n" not in reason
     assert reason.startswith("invalid event: scope.user_id: String should match pattern")
+
+
+def test_a_decoded_message_filed_under_another_subject_is_still_refused() -> None:
+    """Decoding is shared by the workers of a process (cached by bytes and subject): the same
+    bytes read first under their own subject and then under another user's are refused there."""
+    turn = TurnRecorded(
+        occurred_at=datetime(2026, 1, 5, 9, tzinfo=UTC),
+        scope=Scope(tenant="acme", user_id="alice"),
+        query="hello",
+        response="hi",
+    )
+    data = encode_event(turn)
+    own = subject_of(turn)
+    assert turn == decode_message(data, own)
+    assert decode_message(data, own) is decode_message(data, own)
+    with pytest.raises(DeadLetter, match="does not match the event"):
+        decode_message(data, own.replace(".alice.", ".bob."))

@@ -8,6 +8,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from memoryd.shared.domain.text import host, is_stopword, stem, words
 
@@ -55,6 +56,10 @@ def stems(tokens: Iterable[str]) -> tuple[str, ...]:
     return tuple(stem(token) for token in tokens)
 
 
+# A function of the word alone, asked for every word of every page the extractor reads (a
+# chain summary reads the same seven pages turn after turn): 7 us a word, a cache look-up
+# when cached. Chat reuses a small vocabulary.
+@lru_cache(maxsize=1 << 16)
 def _is_content(word: str) -> bool:
     """Say whether a word can carry a topic: long enough, with a letter, no stopword or filler."""
     return (
