@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
@@ -238,14 +239,21 @@ def _local_model(
 ) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
-    # instance, one thread, so a query never waits behind a worker's batch of hundreds of
-    # texts. It loads lazily, on the first embed.
+    # instance, one lane, so a query never waits behind a worker's batch of hundreds of texts;
+    # ``threads`` compute its one batch (the workers': lanes of one thread each). It loads
+    # lazily, on the first embed.
     if runtime == "torch":
         return SentenceTransformerEmbedder(max_tokens=max_tokens)
-    threads = 1 if role == "queries" else threads
-    return OnnxEmbedder(
-        int8=runtime == "onnx-int8", threads=threads, cache_dir=cache_dir, max_tokens=max_tokens
-    )
+    int8 = runtime == "onnx-int8"
+    if role == "queries":
+        return OnnxEmbedder(
+            int8=int8,
+            threads=1,
+            batch_threads=threads or 1,
+            cache_dir=cache_dir,
+            max_tokens=max_tokens,
+        )
+    return OnnxEmbedder(int8=int8, threads=threads, cache_dir=cache_dir, max_tokens=max_tokens)
 
 
 def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
@@ -254,9 +262,10 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     # Queries are cut shorter than documents (``query_max_tokens``); a remote model cuts its own.
     max_tokens = settings.query_max_tokens if role == "queries" else None
     if settings.embedding_kind == "local" and settings.embedding_model is None:
-        return _local_model(
-            runtime, role, settings.model_cache_dir, settings.embedding_threads, max_tokens
-        )
+        threads = settings.embedding_threads
+        if role == "queries":
+            threads = settings.query_threads or min(2, os.cpu_count() or 1)
+        return _local_model(runtime, role, settings.model_cache_dir, threads, max_tokens)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model

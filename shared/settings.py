@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     # took ~60 ms of the model on one thread at 256, ~28 ms at 128; BM25 and the graph still
     # read all of it. Every question of the retrieval benchmarks is under 60 tokens.
     query_max_tokens: int = Field(default=128, ge=8)
+    # Threads that compute one call of recall's query model (ONNX runtimes; unset: two, one on
+    # a one-core machine). A lone question waits 5.4 ms on two threads, 7.5 ms on one here.
+    query_threads: int | None = Field(default=None, ge=1)
     # Recall appends the segments it visited as one event per user per this many seconds
     # (0: one event per recall, which then waits for the append).
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)

@@ -548,6 +548,19 @@ class HybridRetriever:
         self._graph_items = RowsByKey()
         self._derived = HitFields()
 
+    def start_query(self, request: RecallRequest) -> None:
+        """Start embedding the request's query now, before its versions are read.
+
+        The query's vector is on the dense stream's path (and the tiers'), and the model was
+        idle while recall read the read models' versions: at 5,000 turns in one scope a
+        question's embedding took 11.5 of a recall's 20 ms. Begun here, the dense stream
+        (whose text is the query, unless it names a hub) and the tiers find it in flight or
+        held (``CachedEmbedder``); it is the same lone model call they would have made.
+        """
+        if request.query.strip() and scope_filter(request) is not None:
+            started = asyncio.ensure_future(self._embedder.embed([request.query]))
+            started.add_done_callback(_outcome_read)
+
     async def retrieve(
         self, request: RecallRequest, now: datetime, at: Versions
     ) -> tuple[list[RetrievedItem], list[SessionHit]]:
@@ -632,6 +645,12 @@ class HybridRetriever:
         known = self._graph_items.at(at[subjects.GRAPH_CONSUMER], where)
         async with self._sessions() as session:
             return await graph_search(session, query, where, limit, held, known=known)
+
+
+def _outcome_read(future: asyncio.Future[Any]) -> None:
+    """Read a future's outcome: a failed early embedding reaches its waiters, not the log."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _section(

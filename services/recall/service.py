@@ -154,6 +154,7 @@ class RecallService:
         the requests that arrived with it (``VersionReads``): state cached at those versions
         is used without asking SQL again.
         """
+        self.retriever.start_query(request)
         at = await self.versions()
         self.cache.settle(at)
         # The tiers run after the streams, not beside them: a query that names a hub is two

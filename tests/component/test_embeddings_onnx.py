@@ -97,6 +97,19 @@ async def test_batches_run_on_several_lanes_give_the_vectors_of_one(
     np.testing.assert_allclose(await onnx_minilm.embed(texts), one_lane, atol=1e-5)
 
 
+async def test_a_query_computed_on_two_threads_has_the_vector_of_one() -> None:
+    """Recall's query model runs a batch on two threads: its vectors are those of one thread."""
+    queries = ["What did I say about my greyhound?", "When is the dentist?", "hi"]
+    one_thread = OnnxEmbedder(threads=1, max_tokens=128)
+    two_threads = OnnxEmbedder(threads=1, batch_threads=2, max_tokens=128)
+
+    for query in queries:  # one at a time, as a lone recall asks
+        np.testing.assert_array_equal(
+            await one_thread.embed([query]), await two_threads.embed([query])
+        )
+    np.testing.assert_array_equal(await one_thread.embed(queries), await two_threads.embed(queries))
+
+
 async def test_the_int8_export_is_another_model_close_to_the_original(
     torch_minilm: SentenceTransformerEmbedder,
 ) -> None:
