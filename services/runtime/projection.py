@@ -114,8 +114,8 @@ class DeadLetter(Exception):
 
 
 # The workers of one process read the same log (the embedded default runs them all in one):
-# each event was validated once per consumer that reads it, ~6% of the event loop's time while
-# writing. Events are frozen, so the workers can share one decoded copy.
+# an event several of them fold was validated by each (9.5 decodes a turn, 8.0 shared).
+# Events are frozen, so the workers can share one decoded copy.
 @lru_cache(maxsize=1_024)
 def decode_message(data: bytes, subject: str) -> AnyEvent:
     """Decode one log message, checking it is filed under its own tenant, user and type.
