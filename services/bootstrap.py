@@ -98,6 +98,7 @@ from memoryd.shared.adapters.sql.schema import create_schema, missing_columns
 from memoryd.shared.domain.memoryos import MemoryOsParams
 from memoryd.shared.logging import REDACTOR
 from memoryd.shared.settings import Settings, StartupError, public_url, revealed
+from memoryd.shared.tasks import outcome_read
 
 log = structlog.get_logger(__name__)
 
@@ -465,12 +466,6 @@ async def warm_models(
     """Load (and check) the models the chosen components use, the two at once."""
     models = _used_models(components, retrieval.model, retrieval.query_model)
     await asyncio.gather(*(warm_embedder(model, settings) for model in models))
-
-
-def _outcome_read(future: asyncio.Future[Any]) -> None:
-    """Read a future's outcome, so asyncio reports no exception as never retrieved."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _preload_models(
@@ -945,7 +940,7 @@ async def _open_stack(
         )
     except BaseException:
         if loading is not None:  # left to end in its threads; its outcome is of no interest
-            loading.add_done_callback(_outcome_read)
+            loading.add_done_callback(outcome_read)
         raise
     js = nc.jetstream()
     publisher = EventPublisher.from_settings(js, settings)

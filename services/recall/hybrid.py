@@ -50,6 +50,7 @@ from memoryd.shared.domain.graph import ScopeGraph, without_names
 from memoryd.shared.domain.text import estimate_tokens
 from memoryd.shared.settings import Settings
 from memoryd.shared.stores.graph import GraphHit, graph_search, scope_graph
+from memoryd.shared.tasks import outcome_read
 
 STREAMS = ("bm25", "dense", "graph")
 _HOURS = 3600.0
@@ -559,7 +560,7 @@ class HybridRetriever:
         """
         if request.query.strip() and scope_filter(request) is not None:
             started = asyncio.ensure_future(self._embedder.embed([request.query]))
-            started.add_done_callback(_outcome_read)
+            started.add_done_callback(outcome_read)
 
     async def retrieve(
         self, request: RecallRequest, now: datetime, at: Versions
@@ -645,12 +646,6 @@ class HybridRetriever:
         known = self._graph_items.at(at[subjects.GRAPH_CONSUMER], where)
         async with self._sessions() as session:
             return await graph_search(session, query, where, limit, held, known=known)
-
-
-def _outcome_read(future: asyncio.Future[Any]) -> None:
-    """Read a future's outcome: a failed early embedding reaches its waiters, not the log."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _section(
