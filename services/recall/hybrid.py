@@ -558,7 +558,8 @@ class HybridRetriever:
         (whose text is the query, unless it names a hub) and the tiers find it in flight or
         held (``CachedEmbedder``); it is the same lone model call they would have made.
         """
-        if request.query.strip() and scope_filter(request) is not None:
+        weights = request.weights or self.tuning.weights
+        if weights.dense > 0 and request.query.strip() and scope_filter(request) is not None:
             started = asyncio.ensure_future(self._embedder.embed([request.query]))
             started.add_done_callback(outcome_read)
 

@@ -23,7 +23,7 @@ from memoryd.shared.adapters.embeddings import (
 from memoryd.shared.adapters.index import EdgeSearchIndex
 from memoryd.shared.adapters.sql.engine import create_engine, session_factory
 from memoryd.shared.adapters.sql.schema import create_schema
-from memoryd.shared.contracts.recall import RecallRequest
+from memoryd.shared.contracts.recall import RecallRequest, StreamWeights
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
 from memoryd.shared.settings import Settings
@@ -75,3 +75,18 @@ async def test_a_recall_embeds_its_query_once(
 async def _no_visits(event: object) -> None:
     """Fail: no segment exists here, so recall has no visit to record."""
     raise AssertionError(f"unexpected visit {event!r}")
+
+
+async def test_a_recall_without_the_dense_stream_asks_nothing_of_the_model(
+    service_and_model: tuple[RecallService, CountingEmbedder],
+) -> None:
+    """BM25 alone needs no vector, and this user has no tiers: the model is not asked."""
+    service, model = service_and_model
+    bm25_only = StreamWeights(bm25=1.0, dense=0.0, graph=0.0)
+
+    await service.answer(
+        RecallRequest(scope=SCOPE, query="my greyhound", limit=10, weights=bm25_only),
+        datetime.now(UTC),
+    )
+
+    assert [] == model.asked

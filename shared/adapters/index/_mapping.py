@@ -2,9 +2,9 @@
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import numpy as np
@@ -37,6 +37,7 @@ KEYWORD_FIELDS = (
 )
 _EXACT_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
 Scored = tuple[Any, float, Any]  # a point id, its score, and its payload if read
+Point = TypeVar("Point")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,21 @@ def more_needed(scores: Sequence[float], limit: int, asked: int) -> bool:
     return runs[-1] == runs[limit - 1]
 
 
+async def past_the_cut(
+    search: Callable[[int], Awaitable[Sequence[Point]]],
+    score: Callable[[Point], float],
+    limit: int,
+) -> Sequence[Point]:
+    """Return what ``search(n)`` finds for one point past ``limit``, or for as many more as a
+    run of equal scores across the cut needs (``more_needed``): ``best_first`` then cuts."""
+    asked = limit + 1
+    while True:
+        found = await search(asked)
+        if not more_needed([score(point) for point in found], limit, asked):
+            return found
+        asked = min(2 * asked, MOST_ASKED)
+
+
 def best_first(scored: Iterable[Scored], limit: int) -> list[Scored]:
     """Return the ``limit`` best (id, score, payload) triples: by score, equal scores by id.
 
@@ -198,9 +214,11 @@ def best_first(scored: Iterable[Scored], limit: int) -> list[Scored]:
     """
     ordered = sorted(scored, key=lambda item: -item[1])
     runs = runs_of_equal([item[1] for item in ordered])
-    firsts = {run: item[1] for run, item in zip(reversed(runs), reversed(ordered), strict=True)}
+    best: dict[int, float] = {}
+    for run, item in zip(runs, ordered, strict=True):
+        best.setdefault(run, item[1])
     ranked = sorted(zip(runs, ordered, strict=True), key=lambda it: (it[0], point_key(it[1][0])))
-    return [(item[0], firsts[run], item[2]) for run, item in ranked[:limit]]
+    return [(item[0], best[run], item[2]) for run, item in ranked[:limit]]
 
 
 class DecodedPoints:

@@ -13,7 +13,6 @@ from memoryd.shared.adapters.index._mapping import (
     DENSE_VECTOR,
     DIGEST_KEY,
     KEYWORD_FIELDS,
-    MOST_ASKED,
     SPARSE_VECTOR,
     TENANT_FIELD,
     TIME_FIELD,
@@ -23,7 +22,7 @@ from memoryd.shared.adapters.index._mapping import (
     changed,
     dense_values,
     hit_from_stored,
-    more_needed,
+    past_the_cut,
     point_from_stored,
     scope_conditions,
     stored_digests,
@@ -217,8 +216,8 @@ class QdrantServerIndex:
         self, query: list[float] | models.SparseVector, using: str, scope: ScopeFilter, limit: int
     ) -> list[Hit]:
         """Run one query in scope and return its hits (equal scores by point id, ``best_first``)."""
-        asked = limit + 1
-        while True:
+
+        async def search(asked: int) -> list[models.ScoredPoint]:
             response = await self._client.query_points(
                 self._collection,
                 query=query,
@@ -227,10 +226,10 @@ class QdrantServerIndex:
                 limit=asked,
                 with_payload=True,
             )
-            if not more_needed([point.score for point in response.points], limit, asked):
-                break
-            asked = min(2 * asked, MOST_ASKED)
-        scored = ((point.id, point.score, point.payload or {}) for point in response.points)
+            return response.points
+
+        found = await past_the_cut(search, lambda point: point.score, limit)
+        scored = ((point.id, point.score, point.payload or {}) for point in found)
         return [hit_from_stored(*found) for found in best_first(scored, limit)]
 
     def _point_structs(self, points: Sequence[IndexPoint]) -> list[models.PointStruct]:
