@@ -57,8 +57,8 @@ class EdgeSearchIndex:
     Edge never optimises in the background: points are searchable as soon as they are upserted,
     but they sit in unindexed segments (searched by brute force) until `optimize()` runs.
     Call it after a bulk load, or pass `auto_optimize_every` to run it after every that many
-    upserted points. Every engine call runs in a worker thread (see `_read` for the
-    measurement behind that for searches; writes and optimisation can take seconds).
+    upserted points. Writes and optimisation run in a worker thread (they can take seconds);
+    reads run on the event loop, since the engine holds the GIL while it reads (see `_read`).
 
     `segment_points` bounds a segment's size (about that many points): without a bound the
     optimiser merged every new point into one segment and rebuilt its HNSW, so each pass
@@ -76,7 +76,7 @@ class EdgeSearchIndex:
         avg_len: float = DEFAULT_AVG_LEN,
         auto_optimize_every: int | None = None,
         segment_points: int | None = None,
-        search_in_thread: bool = True,
+        search_in_thread: bool = False,
     ) -> None:
         """Describe the index; nothing is opened until `ensure_collection()`."""
         if dimension <= 0:
@@ -264,14 +264,17 @@ class EdgeSearchIndex:
         return self._opened().retrieve(ids, True, False)
 
     async def _read(self, call: Callable[[_Request], _Result], request: _Request) -> _Result:
-        """Run a read in a worker thread, or on the event loop if `search_in_thread` is off.
+        """Run a read on the event loop, or in a worker thread if `search_in_thread` is on.
 
-        Threads by default. tests/component/bench_index_edge.py (100,000 points, 384-d, 8
-        concurrent callers, tenant+user filter, 2 cores shared with other jobs) put the two
-        within noise over five runs: dense p50 8.7-11.8 ms in threads against 8.3-15.1 ms
-        direct (threads ahead in 3 of 5), BM25 p50 5-7 ms either way. The engine releases
-        the GIL, so threaded searches overlap; a direct call would instead stall every other
-        coroutine (NATS heartbeats, acks) for the length of the search.
+        On the loop by default: the engine holds the GIL while it reads, so a thread only
+        adds two hand-offs. Measured on 12,620 points in one scope (2 cores): two threads
+        querying at once took 1.02 ms a dense search, as one thread alone did; a Python loop
+        beside a searching thread ran at 0.57 of its own speed. In recall at 5,000 turns
+        (300 questions, one caller, three alternating pairs) the BM25 search took 1.3-1.6 ms
+        on the loop against 4.1-4.6 ms in a thread, the dense one 2.1 against 2.5, the
+        client's p50 14.6-15.9 against 15.9-16.4 ms. Session 10's comparison
+        (tests/component/bench_index_edge.py, 100,000 points, 8 callers) had put the two
+        within noise.
         """
         if self._search_in_thread:
             return await asyncio.to_thread(call, request)
