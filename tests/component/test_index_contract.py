@@ -22,6 +22,7 @@ from memoryd.shared.adapters.index import (
     Kind,
     ScopeFilter,
     SearchIndex,
+    sparse,
 )
 from memoryd.shared.adapters.index.server import QdrantServerIndex
 
@@ -244,6 +245,25 @@ async def test_upsert_changed_rewrites_a_point_whose_words_changed_only_in_bm25(
     try:
         assert 1 == await reopened.upsert_changed([point])
         assert 0 == await reopened.upsert_changed([point])
+    finally:
+        await reopened.close()
+
+
+async def test_upsert_changed_rewrites_every_point_when_the_bm25_encoding_version_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new ENCODING_VERSION (the terms a text makes changed) rewrites unchanged points."""
+    points = [_point("likes coffee"), _point("long walks")]
+    first = EdgeSearchIndex(tmp_path / "edge", DIM)
+    await first.ensure_collection()
+    await first.upsert(points)
+    await first.close()
+    monkeypatch.setattr(sparse, "ENCODING_VERSION", sparse.ENCODING_VERSION + 1)
+    reopened = EdgeSearchIndex(tmp_path / "edge", DIM)
+    await reopened.ensure_collection()
+    try:
+        assert 2 == await reopened.upsert_changed(points)
+        assert 0 == await reopened.upsert_changed(points)
     finally:
         await reopened.close()
 

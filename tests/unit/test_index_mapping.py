@@ -21,7 +21,7 @@ from memoryd.shared.adapters.index._mapping import (
     stored_payload,
 )
 from memoryd.shared.adapters.index.port import IndexPayload, IndexPoint, ScopeFilter
-from memoryd.shared.adapters.index.sparse import document_vector
+from memoryd.shared.adapters.index.sparse import encoding
 
 _names = st.none() | st.text(min_size=1, max_size=5)
 _scopes = st.builds(
@@ -91,7 +91,7 @@ def test_stored_payload_round_trips_into_a_hit() -> None:
         extra={"key": "coffee", "tags": ["a", "b"]},
     )
     point = IndexPoint(id=uuid4(), dense=[1.0, 0.0], text="likes coffee", payload=payload)
-    stored = stored_payload(point, document_vector(point.text))
+    stored = stored_payload(point, encoding())
     hit = hit_from_stored(str(point.id), 0.5, stored)
     expected = (point.id, payload, "likes coffee")
     assert expected == (hit.id, hit.payload, hit.text)
@@ -118,7 +118,7 @@ def test_dense_values_refuse_nan() -> None:
 
 
 def _digest(point: IndexPoint, avg_len: float = 100.0) -> str:
-    digest: str = stored_payload(point, document_vector(point.text, avg_len))[DIGEST_KEY]
+    digest: str = stored_payload(point, encoding(avg_len))[DIGEST_KEY]
     return digest
 
 

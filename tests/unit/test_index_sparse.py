@@ -1,13 +1,27 @@
 """Tests for the BM25 sparse encoder of the search index."""
 
+import hashlib
+
 import pytest
 
 from memoryd.shared.adapters.index.sparse import (
+    ENCODING_VERSION,
     SparseVector,
     bm25_weight,
     document_vector,
+    encoding,
     query_vector,
     term_index,
+)
+
+# What document_vector returns for SAMPLES, by ENCODING_VERSION (a SHA-256 of their reprs).
+PINNED = {1: "afb95010b0980937253e5c863a4898c4294c47436d2be962f913e9ed7455ad07"}
+SAMPLES = (
+    "Running runners ran; the RUN was run by the running man!",
+    "I'd like café au lait, not 2 espressos at 7:30am.",
+    "cat cat dog cat bird dog",
+    "Caroline's LGBTQ support group met on 8 May 2023 in Boston",
+    "",
 )
 
 
@@ -75,3 +89,22 @@ def test_average_length_must_be_positive() -> None:
     """A zero average length is refused instead of dividing by zero."""
     with pytest.raises(ValueError, match="avg_len"):
         document_vector("zebra", avg_len=0.0)
+
+
+def test_the_encoding_version_names_what_document_vector_returns() -> None:
+    """The index's digests name the encoding, not its vectors: a change to the vectors
+    without a new ENCODING_VERSION would leave a replay's BM25 vectors stale."""
+    digest = hashlib.sha256()
+    for text in SAMPLES:
+        vector = document_vector(text)
+        digest.update(repr((vector.indices, vector.values)).encode())
+    assert PINNED.get(ENCODING_VERSION) == digest.hexdigest(), (
+        "document_vector's output changed: raise sparse.ENCODING_VERSION and pin the new "
+        "digest in PINNED, so that a replay rewrites every point's BM25 vector"
+    )
+
+
+def test_the_encoding_names_its_parameters() -> None:
+    """Another length norm or saturation is another encoding; the same ones, the same."""
+    assert encoding(100.0) == encoding(100.0)
+    assert len({encoding(100.0), encoding(10.0), encoding(100.0, k1=1.5), encoding(b=0.5)}) == 4

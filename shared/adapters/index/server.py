@@ -33,6 +33,7 @@ from memoryd.shared.adapters.index.sparse import (
     DEFAULT_AVG_LEN,
     SparseVector,
     document_vector,
+    encoding,
     query_vector,
 )
 
@@ -73,6 +74,7 @@ class QdrantServerIndex:
         self._collection = collection
         self._dimension = dimension
         self._avg_len = avg_len
+        self._encoding = encoding(avg_len)
         self._optimize_timeout = optimize_timeout
 
     async def ensure_collection(self) -> None:
@@ -100,20 +102,33 @@ class QdrantServerIndex:
     async def upsert(self, points: Sequence[IndexPoint]) -> None:
         """Insert the points, replacing any point with the same id."""
         # Encoding BM25 costs ~0.3 ms per chat turn: done in a worker thread, off the loop.
-        structs = await asyncio.to_thread(self._point_structs, points)
+        structs = await asyncio.to_thread(self._structs, points)
         await self._send(structs)
 
     async def upsert_changed(self, points: Sequence[IndexPoint]) -> int:
-        """Write the points that differ from what is stored under their ids; return how many."""
+        """Write the points that differ from what is stored under their ids; return how many.
+
+        Only the points written are encoded for BM25 (the digests name the encoding).
+        """
         if not points:
             return 0
-        structs = await asyncio.to_thread(self._point_structs, points)
+        payloads = await asyncio.to_thread(self._payloads, points)
         ids = [point.id for point in points]
-        stored = await self._stored_digests(ids)
-        payloads = [struct.payload or {} for struct in structs]
-        positions = changed(payloads, stored, ids)
-        await self._send([structs[position] for position in positions])
+        positions = changed(payloads, await self._stored_digests(ids), ids)
+        kept = [points[position] for position in positions]
+        structs = await asyncio.to_thread(
+            self._point_structs, kept, [payloads[position] for position in positions]
+        )
+        await self._send(structs)
         return len(positions)
+
+    def _structs(self, points: Sequence[IndexPoint]) -> list[models.PointStruct]:
+        """Return the server points for the index points, payloads and all."""
+        return self._point_structs(points, self._payloads(points))
+
+    def _payloads(self, points: Sequence[IndexPoint]) -> list[dict[str, Any]]:
+        """Return the payload each point is stored with, its digest included."""
+        return [stored_payload(point, self._encoding) for point in points]
 
     async def _send(self, structs: Sequence[models.PointStruct]) -> None:
         """Upsert the points, a bounded request at a time."""
@@ -232,17 +247,21 @@ class QdrantServerIndex:
         scored = ((point.id, point.score, point.payload or {}) for point in found)
         return [hit_from_stored(*found) for found in best_first(scored, limit)]
 
-    def _point_structs(self, points: Sequence[IndexPoint]) -> list[models.PointStruct]:
-        """Return the server points for the index points."""
-        return [self._point_struct(point) for point in points]
+    def _point_structs(
+        self, points: Sequence[IndexPoint], payloads: Sequence[dict[str, Any]]
+    ) -> list[models.PointStruct]:
+        """Return the server points: named dense and BM25 vectors, the given payloads."""
+        return [
+            self._point_struct(point, payload)
+            for point, payload in zip(points, payloads, strict=True)
+        ]
 
-    def _point_struct(self, point: IndexPoint) -> models.PointStruct:
-        """Return the server point: named dense and BM25 vectors, payload with the text."""
+    def _point_struct(self, point: IndexPoint, payload: dict[str, Any]) -> models.PointStruct:
+        """Return one server point: named dense and BM25 vectors, payload with the text."""
         sparse = document_vector(point.text, self._avg_len)
         vectors: dict[str, Any] = {DENSE_VECTOR: dense_values(point.dense, self._dimension)}
         if sparse:
             vectors[SPARSE_VECTOR] = _server_sparse(sparse)
-        payload = stored_payload(point, sparse)
         return models.PointStruct(id=str(point.id), vector=vectors, payload=payload)
 
 

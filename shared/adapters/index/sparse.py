@@ -24,11 +24,13 @@ from memoryd.shared.domain.text import terms
 
 __all__ = [
     "DEFAULT_AVG_LEN",
+    "ENCODING_VERSION",
     "K1",
     "B",
     "SparseVector",
     "bm25_weight",
     "document_vector",
+    "encoding",
     "query_vector",
     "term_index",
 ]
@@ -39,6 +41,11 @@ B = 0.75
 # LongMemEval-S turn averages 96 terms (user turns 23, a user+assistant page 192) and a LoCoMo
 # turn 12: 100 sits at the turn mean. Callers that index mostly short facts should pass less.
 DEFAULT_AVG_LEN = 100.0
+# Raise it with any change to what ``document_vector`` returns for a text (its terms, their
+# stemming or stopwords, the weights): the index's digests cover ``encoding``, not the
+# vectors, so a replay rewrites every point's BM25 vector only when this says it changed.
+# tests/unit/test_index_sparse.py pins the vectors of sample texts to this version.
+ENCODING_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,11 @@ def _term_counts(text: str) -> tuple[Counter[int], int]:
     # Counting by index, not by stem, merges the rare CRC-32 collisions into one dimension,
     # because Qdrant rejects a sparse vector that repeats an index.
     return Counter(term_index(stem) for stem in stems), len(stems)
+
+
+def encoding(avg_len: float = DEFAULT_AVG_LEN, k1: float = K1, b: float = B) -> str:
+    """Name how ``document_vector`` encodes: a text's vector is a function of it and this."""
+    return f"bm25/{ENCODING_VERSION} k1={k1!r} b={b!r} avg_len={avg_len!r}"
 
 
 def document_vector(
