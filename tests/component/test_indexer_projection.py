@@ -105,7 +105,7 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
     sessions = session_factory(engine)
     counting = CountingEmbedder(minilm)
     index = await opened(EdgeSearchIndex(tmp_path / "index", 384))
-    projection = IndexerProjection(index, CachedEmbedder(counting, store))  # type: ignore[arg-type]
+    projection = IndexerProjection(index, CachedEmbedder(counting, store))
     tea = remember("I drink green tea every morning.", "drink")
     draft = remember("Draft reply to the landlord.", "draft", Category.CONVERSATION)
     turn = TurnRecorded(occurred_at=T0, scope=ALICE, query="Moved to Berlin.", response="Ok!")
@@ -128,7 +128,7 @@ async def test_items_are_searchable_then_forgotten_and_replay_needs_no_model(
 
     embedded = counting.texts
     rebuilt = await opened(EdgeSearchIndex(tmp_path / "rebuilt", 384))
-    replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))  # type: ignore[arg-type]
+    replaying = IndexerProjection(rebuilt, CachedEmbedder(counting, store))
     async with sessions() as session, session.begin():
         # Replay starts the indexer's own read models afresh (see runtime.replay).
         for table in IndexerProjection.tables:
