@@ -245,16 +245,14 @@ def _local_model(
     # lazily, on the first embed.
     if runtime == "torch":
         return SentenceTransformerEmbedder(max_tokens=max_tokens)
-    int8 = runtime == "onnx-int8"
-    if role == "queries":
-        return OnnxEmbedder(
-            int8=int8,
-            threads=1,
-            batch_threads=threads or 1,
-            cache_dir=cache_dir,
-            max_tokens=max_tokens,
-        )
-    return OnnxEmbedder(int8=int8, threads=threads, cache_dir=cache_dir, max_tokens=max_tokens)
+    lanes, batch_threads = (1, threads or 1) if role == "queries" else (threads, 1)
+    return OnnxEmbedder(
+        int8=runtime == "onnx-int8",
+        threads=lanes,
+        batch_threads=batch_threads,
+        cache_dir=cache_dir,
+        max_tokens=max_tokens,
+    )
 
 
 def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
