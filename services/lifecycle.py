@@ -60,7 +60,11 @@ async def logged_events(
 
     What does not decode (the workers dead-lettered it) is left out.
     """
-    return decode_valid(await read_subjects(client._js, stream, [_filter(tenant, user)], timeout))
+    on_leader = client._tenant is None  # a tenant may not ask which node leads the stream
+    found = await read_subjects(
+        client._js, stream, [_filter(tenant, user)], timeout, on_leader=on_leader
+    )
+    return decode_valid(found)
 
 
 async def current_memories(

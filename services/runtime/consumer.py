@@ -50,13 +50,16 @@ class PullWorker:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
+        self._leader: str | None = None  # the consumer's leader when last asked
 
     async def start(self) -> None:
         """Create the durable consumer (or bring its filters up to date), bind it, start."""
         durable, stream = self._runner.projection.consumer, self._settings.stream_name
         config = consumer_config(durable, self._settings, self._runner.filters)
         info = await self._js.add_consumer(stream, config)  # creates, or updates in place
-        self._runner.resume(info)
+        self._leader = info.cluster.leader if info.cluster is not None else None
+        if self._settings.stream_replicas > 1:  # started after a failure, maybe: check a while
+            self._runner.check_deliveries()
         subscription = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
         self._subscription = subscription
         self._task = asyncio.create_task(self._loop(subscription), name=f"pull:{durable}")
@@ -79,6 +82,7 @@ class PullWorker:
                     consumer=self._runner.projection.consumer,
                     error=f"{type(error).__name__}: {error}",
                 )
+                self._runner.check_deliveries()
                 await asyncio.sleep(1.0)
                 continue
             self._busy = True
@@ -95,6 +99,7 @@ class PullWorker:
         """Idle with messages delivered and unacked: a fetch lost them; apply them now."""
         try:
             info = await subscription.consumer_info()
+            self._note_leader(info)
             if info.num_ack_pending and info.delivered and info.delivered.stream_seq:
                 self._busy = True
                 await self._runner.catch_up(info.delivered.stream_seq)
@@ -102,6 +107,13 @@ class PullWorker:
             log.warning("catch_up_failed", consumer=self._runner.projection.consumer, exc_info=True)
         finally:
             self._busy = False
+
+    def _note_leader(self, info: api.ConsumerInfo) -> None:
+        """Check the deliveries for a while when the consumer's leader has moved."""
+        leader = info.cluster.leader if info.cluster is not None else None
+        if leader != self._leader:
+            self._leader = leader
+            self._runner.check_deliveries()
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Finish the batch in hand, then stop (unacked messages are redelivered later)."""

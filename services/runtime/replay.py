@@ -12,6 +12,7 @@ Run it while the workers are stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import Counter
@@ -35,7 +36,7 @@ from memoryd.services.runtime.projection import (
     folds_event,
 )
 from memoryd.shared import subjects
-from memoryd.shared.adapters.nats_log import last_sequence
+from memoryd.shared.adapters.nats_log import last_sequence, next_on
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.adapters.sql.schema import create_schema, read_model_checksums
 from memoryd.shared.adapters.sql.tables import metadata
@@ -87,7 +88,7 @@ async def read_log(
     """
     if until == 0:
         return []
-    reader = _LogReader(until)
+    reader = _LogReader(js, stream, until)
     sub = await js.subscribe(
         subjects.ALL_EVENTS,
         stream=stream,
@@ -105,37 +106,53 @@ async def read_log(
 class _LogReader:
     """The events a consumer delivers up to a sequence, and when it has delivered them."""
 
-    def __init__(self, until: int) -> None:
+    def __init__(self, js: JetStreamContext, stream: str, until: int) -> None:
+        self._js = js
+        self._stream = stream
         self.until = until
         self.events: list[tuple[bytes, str, int]] = []
         self.last_seen = 0  # the last stream sequence delivered, past ``until`` too
-        self.done = asyncio.Event()
+        self.done = asyncio.Event()  # ``until`` or past it delivered
+        self.idle = False  # the consumer said nothing was pending, before ``until``
+        self._woken = asyncio.Event()
 
     async def take(self, msg: Msg) -> None:
-        """Keep a delivered event; done at ``until`` or at the end of the log."""
+        """Keep a delivered event; done at ``until``, idle when the consumer has no more."""
         meta = msg.metadata
         sequence = self.last_seen = meta.sequence.stream
         if sequence <= self.until:
             self.events.append((msg.data, msg.subject, sequence))
-        if sequence >= self.until or not meta.num_pending:
+        if sequence >= self.until:
             self.done.set()
+        elif not meta.num_pending:
+            self.idle = True
+        else:
+            return
+        self._woken.set()
 
     async def finished(self, sub: JetStreamContext.PushSubscription, patience: float) -> None:
-        """Return once done, or once the consumer has nothing left that was not taken (a
-        log purged through ``until``); ``TimeoutError`` after ``patience`` seconds without
-        a new event."""
+        """Return once done, or once nothing is left before ``until`` (a log purged through
+        it): the consumer says it has nothing more and the stream's leader agrees.
+        ``TimeoutError`` after ``patience`` seconds without a new event.
+
+        The consumer reads the replica of the node it is placed on; a replica still catching
+        up after a restart says nothing is pending before it has every event (a replay
+        folded part of the log so, measured on a cluster). The leader is asked for the next
+        event after the last one delivered: up to ``until``, the reader waits for it.
+        """
         seen, quiet_since = self.last_seen, time.monotonic()
         while not self.done.is_set():
-            try:
-                await asyncio.wait_for(self.done.wait(), timeout=1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), timeout=1.0)
+            self._woken.clear()
+            if self.done.is_set():
                 return
-            except TimeoutError:
-                pass
             if self.last_seen != seen:
                 seen, quiet_since = self.last_seen, time.monotonic()
-            elif await self._drained(sub):
+            idle, self.idle = self.idle or await self._drained(sub), False
+            if idle and not await self._more_before_until():
                 return
-            elif time.monotonic() - quiet_since > patience:
+            if time.monotonic() - quiet_since > patience:
                 raise TimeoutError(f"the log could not be read through {self.until}")
 
     async def _drained(self, sub: JetStreamContext.PushSubscription) -> bool:
@@ -152,6 +169,17 @@ class _LogReader:
             or (delivered.stream_seq or 0) <= self.last_seen
         )
         return not info.num_pending and nothing_untaken
+
+    async def _more_before_until(self) -> bool:
+        """Return whether the stream's leader holds an event after the last one delivered,
+        up to ``until`` (True while unknown: NATS away)."""
+        try:
+            following = await next_on(
+                self._js, self._stream, subjects.ALL_EVENTS, self.last_seen + 1
+            )
+        except Exception:
+            return True
+        return following is not None and (following.seq or 0) <= self.until
 
 
 def decode_log(raw: Sequence[tuple[bytes, str, int]]) -> list[Positioned]:

@@ -388,7 +388,9 @@ class MemoryClient:
         filters = subjects.user_event_filters(
             scope.tenant, scope.user_id, subjects.MEMORY_HISTORY_TYPES
         )
-        found = await read_subjects(self._js, self._stream, filters, timeout)
+        found = await read_subjects(
+            self._js, self._stream, filters, timeout, on_leader=self._tenant is None
+        )
         return memory_history(_decoded(found, scope), target)
 
     @asynccontextmanager
@@ -510,7 +512,9 @@ class MemoryClient:
             events = subjects.tenant_events_filter(self._tenant)
         else:
             return await wait_until_applied(self._js, self._stream, consumers, timeout)
-        return await wait_until_user_applied(self._js, self._stream, events, consumers, timeout)
+        return await wait_until_user_applied(
+            self._js, self._stream, events, consumers, timeout, on_leader=self._tenant is None
+        )
 
 
 def _decoded(messages: Iterable[bytes], scope: Scope) -> list[Event]:

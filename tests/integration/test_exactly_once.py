@@ -257,6 +257,44 @@ async def test_a_message_a_worker_never_got_is_applied_long_before_ack_wait(
     assert {turn.event_id} == seen
 
 
+@pytest.mark.model
+async def test_a_message_the_consumer_passed_over_is_applied_by_the_next_start(
+    settings: Settings, make_stack: StackFactory
+) -> None:
+    """A turn the consumers' state has moved past (delivered and acknowledged, never handed
+    to a worker: as a consumer led from a replica still catching up passes a message over,
+    its delivery sequences still consecutive) is applied once the workers start: a start's
+    first batch is completed from the stream, whatever the consumer's state says."""
+    await _delete_streams(settings.nats_url or "", settings)
+    nc = await nats.connect(settings.nats_url or "")
+    js = nc.jetstream()
+    await ensure_streams(js, settings)
+    scope = new_scope()
+    passed = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
+    await EventPublisher(js, settings.stream_name).publish(passed)
+    for consumer in subjects.PROJECTION_CONSUMERS:
+        elsewhere = await js.pull_subscribe(
+            subjects.ALL_EVENTS,
+            durable=consumer,
+            stream=settings.stream_name,
+            config=consumer_config(consumer, settings),
+        )
+        (msg,) = await elsewhere.fetch(1, timeout=5)
+        await msg.ack_sync()  # the consumer's state is past it; no worker applied it
+    await nc.close()
+    stack = await make_stack(keep_streams=True)
+    client = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
+    try:
+        await client.record_turn(scope, "I named him Biscuit", "ok", occurred_at=T0 + timedelta(1))
+        async with asyncio.timeout(30):
+            seen = await applied_everywhere(stack, client, scope, passed.event_id)
+    finally:
+        await client.close()
+
+    assert passed.event_id in seen
+    assert not (await stack.verify()).differences
+
+
 async def applied_everywhere(
     stack: Stack, client: MemoryClient, scope: Scope, turn_id: uuid.UUID
 ) -> set[uuid.UUID]:
