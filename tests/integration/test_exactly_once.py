@@ -50,6 +50,31 @@ async def converse(client: MemoryClient, scope: Scope, count: int, start: int = 
         )
 
 
+async def delivered_elsewhere(settings: Settings, *, acked: bool) -> TurnRecorded:
+    """Publish a first turn on a fresh log and have each projection's consumer deliver it
+    outside any worker: acknowledged (the consumer's state is past it) or left unacked."""
+    await _delete_streams(settings.nats_url or "", settings)
+    nc = await nats.connect(settings.nats_url or "")
+    js = nc.jetstream()
+    await ensure_streams(js, settings)
+    turn = TurnRecorded(
+        occurred_at=T0, scope=new_scope(), query="I adopted a greyhound", response="ok"
+    )
+    await EventPublisher(js, settings.stream_name).publish(turn)
+    for consumer in subjects.PROJECTION_CONSUMERS:
+        elsewhere = await js.pull_subscribe(
+            subjects.ALL_EVENTS,
+            durable=consumer,
+            stream=settings.stream_name,
+            config=consumer_config(consumer, settings),
+        )
+        (msg,) = await elsewhere.fetch(1, timeout=5)
+        if acked:
+            await msg.ack_sync()
+    await nc.close()
+    return turn
+
+
 async def positions(stack: Stack) -> dict[str, int]:
     async with stack.engine.connect() as conn:
         rows = await conn.execute(select(tracking.c.consumer, tracking.c.position))
@@ -150,25 +175,10 @@ async def late_first(
     messages are delivered at once and the first only after ack_wait.
     """
     settings = settings.model_copy(update={"ack_wait_seconds": 2.0})
-    await _delete_streams(settings.nats_url or "", settings)
-    nc = await nats.connect(settings.nats_url or "")
-    js = nc.jetstream()
-    await ensure_streams(js, settings)
-    scope = new_scope()
-    first = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
-    await EventPublisher(js, settings.stream_name).publish(first)
-    for consumer in subjects.PROJECTION_CONSUMERS:
-        held = await js.pull_subscribe(
-            subjects.ALL_EVENTS,
-            durable=consumer,
-            stream=settings.stream_name,
-            config=consumer_config(consumer, settings),
-        )
-        assert 1 == len(await held.fetch(1, timeout=5))  # delivered, never acked
-    await nc.close()
+    first = await delivered_elsewhere(settings, acked=False)
     # The factory starts from a clean database and the stream as it stands (created above).
     running = await make_stack(changes={"ack_wait_seconds": 2.0}, keep_streams=True)
-    return running, scope, first.event_id
+    return running, first.scope, first.event_id
 
 
 @pytest.mark.model
@@ -230,22 +240,8 @@ async def test_a_message_a_worker_never_got_is_applied_long_before_ack_wait(
     60 s ack_wait; the late redelivery is then acked as already applied."""
     changes = {"ack_wait_seconds": 60.0, "idle_poll_seconds": 0.5}
     settings = settings.model_copy(update=changes)
-    await _delete_streams(settings.nats_url or "", settings)
-    nc = await nats.connect(settings.nats_url or "")
-    js = nc.jetstream()
-    await ensure_streams(js, settings)
-    scope = new_scope()
-    turn = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
-    await EventPublisher(js, settings.stream_name).publish(turn)
-    for consumer in subjects.PROJECTION_CONSUMERS:
-        lost = await js.pull_subscribe(
-            subjects.ALL_EVENTS,
-            durable=consumer,
-            stream=settings.stream_name,
-            config=consumer_config(consumer, settings),
-        )
-        assert 1 == len(await lost.fetch(1, timeout=5))  # delivered, never handed on
-    await nc.close()
+    turn = await delivered_elsewhere(settings, acked=False)  # never handed on
+    scope = turn.scope
     stack = await make_stack(changes=changes, keep_streams=True)
     client = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
     try:
@@ -265,23 +261,8 @@ async def test_a_message_the_consumer_passed_over_is_applied_by_the_next_start(
     to a worker: as a consumer led from a replica still catching up passes a message over,
     its delivery sequences still consecutive) is applied once the workers start: a start's
     first batch is completed from the stream, whatever the consumer's state says."""
-    await _delete_streams(settings.nats_url or "", settings)
-    nc = await nats.connect(settings.nats_url or "")
-    js = nc.jetstream()
-    await ensure_streams(js, settings)
-    scope = new_scope()
-    passed = TurnRecorded(occurred_at=T0, scope=scope, query="I adopted a greyhound", response="ok")
-    await EventPublisher(js, settings.stream_name).publish(passed)
-    for consumer in subjects.PROJECTION_CONSUMERS:
-        elsewhere = await js.pull_subscribe(
-            subjects.ALL_EVENTS,
-            durable=consumer,
-            stream=settings.stream_name,
-            config=consumer_config(consumer, settings),
-        )
-        (msg,) = await elsewhere.fetch(1, timeout=5)
-        await msg.ack_sync()  # the consumer's state is past it; no worker applied it
-    await nc.close()
+    passed = await delivered_elsewhere(settings, acked=True)  # no worker applied it
+    scope = passed.scope
     stack = await make_stack(keep_streams=True)
     client = await MemoryClient.connect(stack.nats_url, stack.settings.stream_name)
     try:
