@@ -559,11 +559,12 @@ async def last_sequences(
     return found
 
 
-PLACEMENT_ATTEMPTS = 30  # readers created before giving up on one on the stream's leader
+PLACEMENT_ATTEMPTS = 100  # tries for a reader on the stream's leader (0.2 s apart while electing)
 
 
-class ReaderMisplaced(RuntimeError):
-    """No reader landed on the stream's leader: the read would not be known complete."""
+class ReaderMisplaced(TimeoutError):
+    """No reader landed on the stream's leader in time (an outage: callers that retry one,
+    retry this): the read would not be known complete."""
 
 
 @contextlib.asynccontextmanager
@@ -606,6 +607,9 @@ async def _placed_reader(
     """
     for _ in range(PLACEMENT_ATTEMPTS):
         leader = await _stream_leader(js, stream) if on_leader else None
+        if leader == "":  # a cluster electing one: no reader is known to be complete yet
+            await asyncio.sleep(0.2)
+            continue
         subscription = await js.pull_subscribe(filter_subject, stream=stream, config=config)
         info = await subscription.consumer_info()
         placed = info.cluster.leader if info.cluster is not None else None
@@ -615,13 +619,15 @@ async def _placed_reader(
         log.debug("log_reader_replaced", stream=stream, placed=placed, leader=leader)
     raise ReaderMisplaced(
         f"no reader of {stream} landed on its leader in {PLACEMENT_ATTEMPTS} attempts"
+        " (or the stream had no leader)"
     )
 
 
 async def _stream_leader(js: JetStreamContext, stream: str) -> str | None:
-    """Return the name of the node leading ``stream`` (None: one server, not a cluster)."""
+    """Return the name of the node leading ``stream`` (None: one server, not a cluster;
+    "": a cluster with no leader yet)."""
     cluster = (await js.stream_info(stream)).cluster
-    return cluster.leader if cluster is not None else None
+    return (cluster.leader or "") if cluster is not None else None
 
 
 async def _drop_reader(
