@@ -287,9 +287,9 @@ class ProjectionRunner:
     runner's deliveries (consecutive delivery sequences, each a first delivery) can hide
     nothing before it, since the server delivers new messages in stream order; any other
     batch (the first after a start, a redelivery, a delivery the client lost) is completed
-    from the stream: every message on the filters between the
-    position and the batch's end that was not delivered is read directly. So is every batch
-    for ``checked_seconds`` after the worker is told of a disruption (``check_deliveries``).
+    from the stream: every message on the filters between the position and the batch's end
+    that was not delivered is read directly. So is every batch for ``checked_seconds`` after
+    the worker is told of a disruption (``check_deliveries``).
     """
 
     # Seconds before the first retry in place of a failing message; each next one doubles.
@@ -328,7 +328,6 @@ class ProjectionRunner:
         # Type tokens this projection folds; the gate reads the others too and decodes only
         # those no catalogued type names (to park them with the reason).
         self._folded = frozenset(subjects.type_token(type_name(t)) for t in projection.folds)
-        # The delivery sequence the next batch continues from (None: not known to continue).
         # The delivery sequence that would continue the last batch; None until one is done
         # (a start's first batch is completed from the stream: the consumer's state may have
         # passed a message this projection never applied).

@@ -112,7 +112,7 @@ class _LogReader:
         self.until = until
         self.events: list[tuple[bytes, str, int]] = []
         self.last_seen = 0  # the last stream sequence delivered, past ``until`` too
-        self.done = asyncio.Event()  # ``until`` or past it delivered
+        self.done = False  # ``until`` or past it delivered
         self.idle = False  # the consumer said nothing was pending, before ``until``
         self._woken = asyncio.Event()
 
@@ -123,7 +123,7 @@ class _LogReader:
         if sequence <= self.until:
             self.events.append((msg.data, msg.subject, sequence))
         if sequence >= self.until:
-            self.done.set()
+            self.done = True
         elif not meta.num_pending:
             self.idle = True
         else:
@@ -141,11 +141,11 @@ class _LogReader:
         event after the last one delivered: up to ``until``, the reader waits for it.
         """
         seen, quiet_since = self.last_seen, time.monotonic()
-        while not self.done.is_set():
+        while not self.done:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), timeout=1.0)
             self._woken.clear()
-            if self.done.is_set():
+            if self.done:
                 return
             if self.last_seen != seen:
                 seen, quiet_since = self.last_seen, time.monotonic()

@@ -550,8 +550,8 @@ async def last_sequences(
         mem_storage=True,
     )
     found: dict[str, int] = {}
-    reader = _reader(js, stream, filter_subject, config, on_leader=on_leader)
-    async with reader as (subscription, remaining):
+    leader = await _leader_to_read_on(js, stream, on_leader)
+    async with _reader(js, stream, filter_subject, config, leader) as (subscription, remaining):
         while remaining > 0:
             batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
             found.update((m.subject, int(m.metadata.sequence.stream)) for m in batch)
@@ -573,19 +573,23 @@ async def _reader(
     stream: str,
     filter_subject: str,
     config: api.ConsumerConfig,
-    *,
-    on_leader: bool = True,
+    leader: str | None,
 ) -> AsyncIterator[tuple[JetStreamContext.PullSubscription, int]]:
     """Yield an ephemeral pull consumer on one filter and what it has to read; delete it after.
 
     One filter per consumer: its creation then names the filter in the API subject, which is
-    what per-tenant permissions check. ``on_leader``: see ``_placed_reader``.
+    what per-tenant permissions check. ``leader``: see ``_placed_reader``.
     """
-    subscription, info = await _placed_reader(js, stream, filter_subject, config, on_leader)
+    subscription, info = await _placed_reader(js, stream, filter_subject, config, leader)
     try:
         yield subscription, info.num_pending or 0
     finally:
         await _drop_reader(js, stream, subscription, info.name)
+
+
+async def _leader_to_read_on(js: JetStreamContext, stream: str, on_leader: bool) -> str | None:
+    """Return the stream's leader for a read's readers to sit on (None: anywhere)."""
+    return await _stream_leader(js, stream) if on_leader else None
 
 
 async def _placed_reader(
@@ -593,9 +597,10 @@ async def _placed_reader(
     stream: str,
     filter_subject: str,
     config: api.ConsumerConfig,
-    on_leader: bool,
+    leader: str | None,
 ) -> tuple[JetStreamContext.PullSubscription, api.ConsumerInfo]:
-    """Create a reader; with ``on_leader``, again until one sits on the stream's leader.
+    """Create a reader on ``leader``'s node, asking again which node leads when it lands
+    elsewhere (None: anywhere; "": the cluster is electing one, wait).
 
     A reader (a consumer of one replica) reads the store of the node it is placed on. A node
     back from a restart catches its replica up for a while (seconds, under load), and a
@@ -606,9 +611,9 @@ async def _placed_reader(
     info, which a tenant's credentials do not allow: a tenant's reads are not placed.
     """
     for _ in range(PLACEMENT_ATTEMPTS):
-        leader = await _stream_leader(js, stream) if on_leader else None
-        if leader == "":  # a cluster electing one: no reader is known to be complete yet
+        if leader == "":  # no reader is known to be complete until one leads
             await asyncio.sleep(0.2)
+            leader = await _stream_leader(js, stream)
             continue
         subscription = await js.pull_subscribe(filter_subject, stream=stream, config=config)
         info = await subscription.consumer_info()
@@ -617,6 +622,7 @@ async def _placed_reader(
             return subscription, info
         await _drop_reader(js, stream, subscription, info.name)
         log.debug("log_reader_replaced", stream=stream, placed=placed, leader=leader)
+        leader = await _stream_leader(js, stream)  # it may have moved
     raise ReaderMisplaced(
         f"no reader of {stream} landed on its leader in {PLACEMENT_ATTEMPTS} attempts"
         " (or the stream had no leader)"
@@ -759,14 +765,15 @@ async def read_subjects(
     stream's leader (see ``_placed_reader``; False for a tenant's credentials).
     """
     async with asyncio.timeout(timeout):
+        leader = await _leader_to_read_on(js, stream, on_leader)
         found = await asyncio.gather(
-            *(_read_subject(js, stream, f, timeout, on_leader) for f in filters)
+            *(_read_subject(js, stream, f, timeout, leader) for f in filters)
         )
     return [data for _, data in sorted(item for part in found for item in part)]
 
 
 async def _read_subject(
-    js: JetStreamContext, stream: str, filter_subject: str, timeout: float, on_leader: bool
+    js: JetStreamContext, stream: str, filter_subject: str, timeout: float, leader: str | None
 ) -> list[tuple[int, bytes]]:
     """Return (stream sequence, data) of every message on one filter's subjects."""
     config = api.ConsumerConfig(
@@ -777,8 +784,7 @@ async def _read_subject(
         mem_storage=True,
     )
     found: list[tuple[int, bytes]] = []
-    reader = _reader(js, stream, filter_subject, config, on_leader=on_leader)
-    async with reader as (subscription, remaining):
+    async with _reader(js, stream, filter_subject, config, leader) as (subscription, remaining):
         while remaining > 0:
             batch = await subscription.fetch(min(remaining, READ_BATCH), timeout=timeout)
             found += [(int(m.metadata.sequence.stream), m.data) for m in batch]
