@@ -9,17 +9,28 @@ duplicate, and the worker applies that stored copy instead of its new answer, so
 always equals the fold of the log. Live, a worker skips its own derived events when they
 come back; replay folds them and decides nothing (``NoDecisions``).
 
+Inside a batch's transaction (``pipelined``) a decision is sent without waiting for its
+acknowledgement, and the batch goes on folding its own copy: the acknowledgements are awaited
+together before the commit. When one says the log already held another copy (the rare
+redelivery above), ``DecisionsDiverged`` rolls the batch back, and it is applied again waiting
+for each decision, so it folds the copies the log kept. Each decision waited for alone cost a
+round trip on the event loop (a send, an acknowledgement read, a future): about four a turn.
+
 An LLM step that fails is the same kind of decision: ``ask`` records ``llm.step_failed``
 and answers with the offline extractor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import structlog
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 
 from memoryd.shared.adapters.embeddings import Vectors
 from memoryd.shared.adapters.llm import (
@@ -53,6 +64,51 @@ class DecisionLog(Protocol):
         ...
 
 
+class DecisionsDiverged(Exception):
+    """The log holds another copy of a decision a pipelined batch folded: apply it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A decision sent inside ``pipelined``: its log, the copy folded, its acknowledgement."""
+
+    log: JetStreamDecisionLog
+    event: Event
+    message: Outgoing
+    ack: asyncio.Future[api.PubAck]
+
+
+# The decisions sent in the running batch without waiting (None: outside ``pipelined``).
+_IN_FLIGHT: ContextVar[list[_Sent] | None] = ContextVar("decisions_in_flight", default=None)
+
+
+@contextlib.asynccontextmanager
+async def pipelined() -> AsyncIterator[None]:
+    """Send the decisions recorded inside without waiting for each; on leaving, wait for
+    their acknowledgements and raise ``DecisionsDiverged`` if the log kept another copy of
+    one (the caller rolls back and applies again outside). An error inside waits for none."""
+    sent: list[_Sent] = []
+    token = _IN_FLIGHT.set(sent)
+    try:
+        yield
+    finally:
+        _IN_FLIGHT.reset(token)
+    await _confirm(sent)
+
+
+async def _confirm(sent: Sequence[_Sent]) -> None:
+    """Wait for the decisions' acknowledgements; raise if the log kept another copy of one."""
+    if not sent:
+        return
+    await sent[0].log.publisher.await_acks(item.ack for item in sent)
+    for item in sent:
+        ack = await item.log.publisher.settled(item.message, item.ack)
+        if ack.duplicate and await item.log.stored_copy(item.event, ack) != item.event:
+            raise DecisionsDiverged(
+                f"the log holds another copy of decision {item.event.event_id} (seq {ack.seq})"
+            )
+
+
 class JetStreamDecisionLog:
     """Record decisions in the JetStream event stream."""
 
@@ -61,13 +117,22 @@ class JetStreamDecisionLog:
         self._stream = stream
         # A lost acknowledgement (a NATS node down, a leader election) is sent again with
         # the same id: the stream keeps one copy, and a retry that finds it says duplicate.
-        self._publisher = StreamPublisher(js, stream)
+        self.publisher = StreamPublisher(js, stream)
 
     async def record(self, event: E) -> E:
-        """Publish ``event``; on a duplicate, read back and return the copy stored first."""
-        ack = await self._publisher.acknowledged(
-            Outgoing(subject_of(event), encode_event(event), msg_id(event))
-        )
+        """Publish ``event``; on a duplicate, read back and return the copy stored first.
+
+        Inside ``pipelined``: send it and return it at once (checked when the batch ends).
+        """
+        message = Outgoing(subject_of(event), encode_event(event), msg_id(event))
+        in_flight = _IN_FLIGHT.get()
+        if in_flight is not None:
+            in_flight.append(_Sent(self, event, message, await self.publisher.start(message)))
+            return event
+        return await self.stored_copy(event, await self.publisher.acknowledged(message))
+
+    async def stored_copy(self, event: E, ack: api.PubAck) -> E:
+        """Return the copy of ``event`` the log holds, given its publish acknowledgement."""
         if not ack.duplicate:
             return event
         stored = decode_event((await self._js.get_msg(self._stream, ack.seq)).data or b"")

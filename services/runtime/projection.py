@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from memoryd.services.runtime.decisions import DecisionsDiverged, pipelined
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
@@ -151,8 +152,31 @@ async def apply_once(
     ``through`` is the last sequence handled (it may be past the last event when trailing
     messages were dead-lettered); it defaults to the last event's sequence. An event whose id
     was applied before (see ``ledger``) is skipped when it is the same event, and handed to
-    ``reject`` (sequence, reason) before commit when it is not.
+    ``reject`` (sequence, reason) before commit when it is not. Decisions are recorded
+    ``pipelined``; when the log kept another copy of one, the batch is rolled back and applied
+    again waiting for each decision, so it folds the copies the log holds.
     """
+    try:
+        return await _apply_once(
+            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=True
+        )
+    except DecisionsDiverged as diverged:
+        log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
+        return await _apply_once(
+            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=False
+        )
+
+
+async def _apply_once(
+    sessions: async_sessionmaker[AsyncSession],
+    projection: Projection,
+    batch: Sequence[Positioned],
+    publisher: EventPublisher | None,
+    *,
+    through: int | None,
+    reject: Reject | None,
+    pipelining: bool,
+) -> Effects:
     last = through if through is not None else (batch[-1].sequence if batch else 0)
     async with sessions() as session, session.begin():
         applied = await tracking.position(session, projection.consumer, lock=True)
@@ -165,7 +189,8 @@ async def apply_once(
         live = publisher is not None
         effects = Effects()
         if admitted:
-            effects = await projection.apply(session, admitted, live)
+            async with pipelined() if pipelining else contextlib.nullcontext():
+                effects = await projection.apply(session, admitted, live)
             await tracking.changed(session, projection.consumer, last)
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)

@@ -404,18 +404,25 @@ class StreamPublisher:
         limit = _max_payload(self._js)
         for message in batch:  # all or nothing: none is sent when one is too large
             check_size(message, limit)
-        futures = [
-            await self._js.publish_async(
-                message.subject, message.data, stream=self._stream, headers=message.headers
-            )
-            for message in batch
-        ]
-        await self._await_acks(futures)
+        futures = [await self._start(message) for message in batch]
+        await self.await_acks(futures)
         return [
-            await self._sequence(message, ack) for message, ack in zip(batch, futures, strict=True)
+            (await self.settled(message, ack)).seq
+            for message, ack in zip(batch, futures, strict=True)
         ]
 
-    async def _await_acks(self, futures: Iterable[asyncio.Future[api.PubAck]]) -> None:
+    async def start(self, message: Outgoing) -> asyncio.Future[api.PubAck]:
+        """Publish one message without waiting: the future is its acknowledgement (settle
+        it with ``settled``). A message larger than the server accepts raises unsent."""
+        check_size(message, _max_payload(self._js))
+        return await self._start(message)
+
+    async def _start(self, message: Outgoing) -> asyncio.Future[api.PubAck]:
+        return await self._js.publish_async(
+            message.subject, message.data, stream=self._stream, headers=message.headers
+        )
+
+    async def await_acks(self, futures: Iterable[asyncio.Future[api.PubAck]]) -> None:
         """Wait while acknowledgements keep coming, each within the acknowledgement timeout."""
         pending = set(futures)
         while pending:  # a large batch may take long; stop waiting once none answers in time
@@ -423,15 +430,16 @@ class StreamPublisher:
             if not done:
                 break
 
-    async def _sequence(self, message: Outgoing, ack: asyncio.Future[api.PubAck]) -> int:
-        """Return the message's sequence from its acknowledgement, or by sending it again."""
+    async def settled(self, message: Outgoing, ack: asyncio.Future[api.PubAck]) -> api.PubAck:
+        """Return the acknowledgement of a started message, sending it again (same id) when
+        it did not come in time (``await_acks`` first: this does not wait for it)."""
         if ack.done() and not ack.cancelled() and ack.exception() is None:
-            return ack.result().seq
+            return ack.result()
         if not ack.done():
             ack.cancel()
         elif not ack.cancelled() and not isinstance(ack.exception(), _AMBIGUOUS):
             raise ack.exception()  # type: ignore[misc]
-        return await self.send(message)
+        return await self.acknowledged(message)
 
 
 def outgoing_event(event: Event) -> Outgoing:

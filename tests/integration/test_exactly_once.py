@@ -19,6 +19,7 @@ from memoryd.services.runtime.consumer import consumer_config
 from memoryd.services.runtime.decisions import JetStreamDecisionLog
 from memoryd.services.runtime.projection import Positioned, apply_once, consumer_filters
 from memoryd.services.runtime.replay import replay
+from memoryd.services.stm.chain import chained as chain_decision
 from memoryd.shared import subjects
 from memoryd.shared.adapters.dead_letters import read_dead_letters
 from memoryd.shared.adapters.index import ScopeFilter
@@ -324,6 +325,30 @@ async def test_a_decision_still_on_its_way_back_is_kept_by_verify_and_replay(
     assert report.equal, [line for line in report.lines() if line.startswith("DIFF")]
     assert chained == await meta_chains(stack)
     assert "" not in chained.values()  # the decision summarised the chain
+
+
+@pytest.mark.model
+async def test_a_batch_folds_the_decision_the_log_kept_not_its_own(
+    make_stack: StackFactory,
+) -> None:
+    """A trigger redelivered after its worker recorded a decision and died before its commit:
+    the batch sends its decisions without waiting for each, finds the log kept another copy
+    of one, and is applied again folding the log's copy (live state = the fold of the log)."""
+    stack = await make_stack(components=())
+    settings, stream = stack.settings, stack.settings.stream_name
+    scope = new_scope()
+    turn = TurnRecorded(occurred_at=T0, scope=scope, query="I moved to Lisbon", response="Nice!")
+    publisher = EventPublisher(stack.js, stream)
+    sequence = await publisher.publish(turn)
+    kept = chain_decision(turn, False, "what the first worker decided", "an earlier worker")
+    await publisher.publish(kept)
+    retrieval = await stack.retrieval_resources()
+    decisions = JetStreamDecisionLog(stack.js, stream)
+    (chain,) = build_projections(settings, ("chain",), retrieval, decisions)
+
+    await apply_once(stack.sessions, chain, [Positioned(turn, sequence)], stack.publisher)
+
+    assert {turn.event_id: "what the first worker decided"} == await meta_chains(stack)
 
 
 async def meta_chains(stack: Stack) -> dict[uuid.UUID, str]:
