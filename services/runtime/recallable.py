@@ -13,6 +13,7 @@ over processes no recallable notice is published.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -45,13 +46,17 @@ class RecallableTracker:
     """The projections' positions, and the recallable events not every reader has applied.
 
     An event waits only for the projections that fold it (its type, in its user's partition):
-    each reads only those, and its position moves only when one comes.
+    each reads only those, and its position moves only when one comes. Events with the same
+    readers wait in one heap by sequence: once the slowest of those readers passes one, it
+    has passed every one before it, so a commit looks only at what it makes due (with a
+    backlog, the pending events were scanned and sorted on every commit of every worker).
     """
 
     def __init__(self, projections: Sequence[Projection], notifier: NotificationPublisher) -> None:
         self._projections = {projection.consumer: projection for projection in projections}
         self._positions = dict.fromkeys(self._projections, 0)
-        self._pending: dict[int, tuple[MemoryUpdated, tuple[str, ...]]] = {}
+        self._waiting: dict[tuple[str, ...], list[tuple[int, MemoryUpdated]]] = {}
+        self._held: set[int] = set()
         self._notifier = notifier
 
     async def load(self, readers: async_sessionmaker[AsyncSession]) -> None:
@@ -76,28 +81,36 @@ class RecallableTracker:
         self._hold(batch)
         if consumer in self._positions:
             self._positions[consumer] = max(self._positions[consumer], through)
-        due = [s for s in sorted(self._pending) if self._passed(s, self._pending[s][1])]
-        return [self._pending.pop(s)[0] for s in due]
+        due: list[tuple[int, MemoryUpdated]] = []
+        for readers, waiting in self._waiting.items():
+            passed = self._slowest(readers)
+            while waiting and waiting[0][0] <= passed:
+                due.append(heapq.heappop(waiting))
+        due.sort(key=lambda entry: entry[0])
+        self._held.difference_update(sequence for sequence, _ in due)
+        return [note for _, note in due]
 
     def _hold(self, batch: Sequence[Positioned]) -> None:
         for item in batch:
-            if item.sequence in self._pending:
+            if item.sequence in self._held:
                 continue
             note = recallable_notice(item)
             readers = self._readers(item.event)
-            if note is not None and not self._passed(item.sequence, readers):
-                self._pending[item.sequence] = (note, readers)
+            if note is not None and item.sequence > self._slowest(readers):
+                heapq.heappush(self._waiting.setdefault(readers, []), (item.sequence, note))
+                self._held.add(item.sequence)
 
     def _readers(self, event: Event) -> tuple[str, ...]:
         return tuple(c for c, p in self._projections.items() if folds_event(p, event))
 
-    def _passed(self, sequence: int, readers: tuple[str, ...]) -> bool:
-        return all(self._positions[c] >= sequence for c in readers)
+    def _slowest(self, readers: tuple[str, ...]) -> int | float:
+        """Return the lowest position among ``readers`` (no reader: every event passed)."""
+        return min((self._positions[c] for c in readers), default=float("inf"))
 
     @property
     def pending(self) -> int:
         """Return how many recallable events wait for a projection."""
-        return len(self._pending)
+        return len(self._held)
 
 
 def tracks_recall(consumers: Iterable[str]) -> bool:

@@ -109,6 +109,26 @@ def test_an_event_waits_only_for_the_projections_that_fold_its_type() -> None:
     assert 0 == recallable.pending
 
 
+def test_events_with_other_readers_due_together_come_in_log_order() -> None:
+    """A turn and a memory that become recallable in one commit are notified in stream
+    order, though different projections fold them."""
+    projections = [
+        Folding("stm", frozenset({TurnRecorded})),
+        Folding("memories", frozenset({MemoryRemembered})),
+        Folding("indexer", frozenset({TurnRecorded, MemoryRemembered})),
+    ]
+    recallable = RecallableTracker(projections, notifier=None)  # type: ignore[arg-type]
+    remembered = MemoryRemembered(occurred_at=T0, scope=SCOPE, key="diet", content="vegetarian")
+    batch = [turn(1), Positioned(remembered, 2), turn(3), turn(5)]
+    recallable.advance("stm", 5, [batch[0], batch[2], batch[3]])
+    recallable.advance("memories", 2, [batch[1]])
+
+    due = recallable.advance("indexer", 3, batch[:3])
+
+    assert [1, 2, 3] == [n.stream_seq for n in due]
+    assert 1 == recallable.pending
+
+
 def test_the_notice_is_filed_under_its_event() -> None:
     """A recallable notice's subject ends with its event id, so a waiter filters on it."""
     recallable = tracker()
