@@ -260,6 +260,8 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     runtime = settings.embedding_runtime
     # Queries are cut shorter than documents (``query_max_tokens``); a remote model cuts its own.
     max_tokens = settings.query_max_tokens if role == "queries" else None
+    if role == "queries" and settings.query_embedding_runtime is not None:
+        runtime = settings.query_embedding_runtime
     if settings.embedding_kind == "local" and settings.embedding_model is None:
         threads = settings.embedding_threads
         if role == "queries":
@@ -324,7 +326,10 @@ async def open_retrieval(
         index = await _built_index(settings, embedder, exit_stack)
     if llm is None:
         llm = _built_llm(settings, exit_stack)
-    query_model = model or build_model(settings, "queries")
+    # A model handed in serves the queries too, unless they are set to run another way.
+    query_model = model
+    if query_model is None or settings.query_embedding_runtime is not None:
+        query_model = build_model(settings, "queries")
     query_queue = BatchingEmbedder(query_model)
     watch_queue("queries", query_queue.waiting_texts)
     queries = CachedEmbedder(query_queue, MemoryEmbeddingStore(settings.query_cache_entries))
