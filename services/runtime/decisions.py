@@ -90,10 +90,16 @@ async def pipelined() -> AsyncIterator[None]:
     sent: list[_Sent] = []
     token = _IN_FLIGHT.set(sent)
     try:
-        yield
+        try:
+            yield
+        finally:
+            _IN_FLIGHT.reset(token)
+        await _confirm(sent)
     finally:
-        _IN_FLIGHT.reset(token)
-    await _confirm(sent)
+        # An acknowledgement nobody waits for any more would hold one of the client's
+        # pending-publish slots until the server answered, forever if it never does.
+        for item in sent:
+            item.ack.cancel()
 
 
 async def _confirm(sent: Sequence[_Sent]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from datetime import UTC, datetime
@@ -11,8 +12,8 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from memoryd.services.runtime.decisions import JetStreamDecisionLog
-from memoryd.shared.adapters.nats_log import ensure_streams
+from memoryd.services.runtime.decisions import JetStreamDecisionLog, pipelined
+from memoryd.shared.adapters.nats_log import ensure_streams, subject_of
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.memoryos import PageChained
 from memoryd.shared.settings import Settings
@@ -53,3 +54,24 @@ async def test_a_redecided_event_returns_the_copy_the_stream_kept(
 
     assert ("first answer", "first answer") == (first.meta_chain, second.meta_chain)
     assert 1 == info.state.messages
+
+
+async def test_a_batch_that_fails_leaves_no_acknowledgement_waiting(nats_url: str) -> None:
+    """Decisions a failing batch sent without waiting are given up: none keeps one of the
+    client's pending-publish slots (4,000 in all) while its answer may never come."""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    decision = chained("sent, then the batch failed")
+    silent = await nc.subscribe(subject_of(decision))  # takes it and never answers
+    try:
+        with pytest.raises(RuntimeError, match="the batch failed"):
+            async with pipelined():
+                await JetStreamDecisionLog(js, "NO_SUCH_STREAM").record(decision)
+                raise RuntimeError("the batch failed")
+        await asyncio.sleep(0)  # a cancelled future's callbacks run on the loop's next turn
+        waiting = js.publish_async_pending()
+    finally:
+        await silent.unsubscribe()
+        await nc.close()
+
+    assert 0 == waiting
