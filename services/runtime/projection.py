@@ -156,9 +156,10 @@ async def apply_once(
     ``pipelined``; when the log kept another copy of one, the batch is rolled back and applied
     again waiting for each decision, so it folds the copies the log holds.
     """
+    live = publisher is not None  # replay records no decisions: nothing to pipeline
     try:
         return await _apply_once(
-            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=True
+            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=live
         )
     except DecisionsDiverged as diverged:
         log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
