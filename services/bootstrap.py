@@ -83,7 +83,7 @@ from memoryd.shared.adapters.embeddings import (
     SqlEmbeddingStore,
     build_embedder,
 )
-from memoryd.shared.adapters.index import SearchIndex, build_index
+from memoryd.shared.adapters.index import Optimizing, SearchIndex, build_index
 from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
@@ -356,7 +356,12 @@ async def _built_index(
         embedder.dimension,
         api_key=revealed(settings.qdrant_api_key),
         collection=settings.qdrant_collection,
-        auto_optimize_every=settings.index_optimize_every,
+        optimizing=Optimizing(
+            every=settings.index_optimize_every,
+            in_background=True,
+            quiet_points=settings.index_optimize_quiet_points,
+            quiet_seconds=settings.index_optimize_quiet_seconds,
+        ),
         segment_points=settings.index_segment_points,
     )
     await _open_index(index, settings, embedder)

@@ -115,8 +115,13 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     qdrant_api_key: SecretStr | None = None
     qdrant_collection: str = "memoryd"
-    # Edge builds its HNSW only when optimised: after this many upserted points.
+    # Edge builds its HNSW only when optimised, in a child process on a copy of the index (Edge
+    # holds the GIL while it optimises): after this many upserted points, and after
+    # index_optimize_quiet_seconds without a write when index_optimize_quiet_points are outside
+    # any HNSW. A dense search by brute force took 1.4 ms at 12,620 points here, 0.4 ms on HNSW.
     index_optimize_every: int = Field(default=20_000, ge=1)
+    index_optimize_quiet_points: int = Field(default=7_000, ge=1)
+    index_optimize_quiet_seconds: float = Field(default=10.0, gt=0)
     # Edge segments stop growing at about this many points: an optimisation then indexes only
     # the new points (~3 s for 20,000 turns' points here) instead of rebuilding one segment of
     # everything (11 s at 61,000 points, growing), and Edge holds the GIL while it runs.

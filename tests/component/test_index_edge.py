@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPayload, IndexPoint, ScopeFilter
+from memoryd.shared.adapters.index import (
+    EdgeSearchIndex,
+    IndexPayload,
+    IndexPoint,
+    Optimizing,
+    ScopeFilter,
+)
 
 DIM = 8
 ACME = ScopeFilter(tenant="acme")
@@ -23,9 +29,9 @@ def _points(count: int, seed: int = 0, text: str = "ferry to the island") -> lis
     return [IndexPoint(id=uuid4(), dense=v, text=text, payload=payload) for v in vectors]
 
 
-async def _opened(path: Path, auto_optimize_every: int | None = None) -> EdgeSearchIndex:
+async def _opened(path: Path, every: int | None = None) -> EdgeSearchIndex:
     """Return an open Edge index at the path."""
-    index = EdgeSearchIndex(path, DIM, auto_optimize_every=auto_optimize_every)
+    index = EdgeSearchIndex(path, DIM, optimizing=Optimizing(every=every))
     await index.ensure_collection()
     return index
 
@@ -69,8 +75,8 @@ async def test_use_after_close_fails_with_a_hint(tmp_path: Path) -> None:
 
 
 async def test_auto_optimize_runs_after_the_configured_count(tmp_path: Path) -> None:
-    """With auto_optimize_every=10, optimisation runs once 10 points are upserted, not before."""
-    index = await _opened(tmp_path, auto_optimize_every=10)
+    """With every=10, optimisation runs once 10 points are upserted, not before."""
+    index = await _opened(tmp_path, every=10)
     with capture_logs() as logs:
         await index.upsert(_points(6, seed=1))
         before = [log for log in logs if log["event"] == "edge_index.optimized"]

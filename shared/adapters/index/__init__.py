@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from memoryd.shared.adapters.index.edge import EdgeSearchIndex
+from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
 from memoryd.shared.adapters.index.port import (
     DenseVector,
     Hit,
@@ -21,6 +21,7 @@ __all__ = [
     "IndexPayload",
     "IndexPoint",
     "Kind",
+    "Optimizing",
     "ScopeFilter",
     "SearchIndex",
     "build_index",
@@ -35,21 +36,21 @@ def build_index(
     api_key: str | None = None,
     collection: str = "memoryd",
     avg_len: float = DEFAULT_AVG_LEN,
-    auto_optimize_every: int | None = None,
+    optimizing: Optimizing | None = None,
     segment_points: int | None = None,
 ) -> SearchIndex:
     """Return an unopened index: Qdrant Edge at `path` without a URL, a Qdrant server with one.
 
-    Open it with `ensure_collection()`. `path`, `auto_optimize_every` and `segment_points`
-    apply to Edge only (a server optimises in the background); `api_key` and `collection` to
-    a server only.
+    Open it with `ensure_collection()`. `path`, `optimizing` and `segment_points` apply to
+    Edge only (a server optimises in the background); `api_key` and `collection` to a server
+    only.
     """
     if url is None:
         return EdgeSearchIndex(
             path,
             dimension,
             avg_len=avg_len,
-            auto_optimize_every=auto_optimize_every,
+            optimizing=optimizing or Optimizing(),
             segment_points=segment_points,
         )
     # Imported here: qdrant-client costs about a second and ~40 MB, and only a server needs it.

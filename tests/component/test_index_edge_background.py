@@ -1,0 +1,158 @@
+"""The Edge index optimised in a child process: nothing written meanwhile is lost, searches go
+on, the folder switches generations safely, and a quiet spell starts one.
+
+Real parts: Qdrant Edge in this process and in the child (`edge_build`), on disk.
+"""
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import numpy as np
+import qdrant_edge as qe
+from structlog.testing import capture_logs
+
+from memoryd.shared.adapters.index import (
+    EdgeSearchIndex,
+    IndexPayload,
+    IndexPoint,
+    Optimizing,
+    ScopeFilter,
+)
+from memoryd.shared.adapters.index.edge import edge_config
+
+DIM = 384  # Edge builds a segment's HNSW only past ~10,000 KB of vectors (~6,700 of these)
+ACME = ScopeFilter(tenant="acme")
+BUILT = 7_000
+
+
+def _points(count: int, seed: int, user: str = "ann") -> list[IndexPoint]:
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((count, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    payload = IndexPayload(tenant="acme", user_id=user, kind="turn", occurred_at=1.0)
+    return [IndexPoint(id=uuid4(), dense=v, text="ferry", payload=payload) for v in vectors]
+
+
+async def _filled(path: Path, count: int = BUILT, **policy: Any) -> EdgeSearchIndex:
+    index = EdgeSearchIndex(path, DIM, optimizing=Optimizing(in_background=True, **policy))
+    await index.ensure_collection()
+    points = _points(count, seed=1)
+    for start in range(0, count, 1_000):
+        await index.upsert(points[start : start + 1_000])
+    return index
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(entry.name for entry in folder.iterdir())
+
+
+async def _copy_started(home: Path) -> None:
+    """Return once the background optimisation has begun its copy (gen-1 exists)."""
+    for _ in range(10_000):
+        if (home / "gen-1").is_dir():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("no copy was started")
+
+
+def _optimized(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [log for log in logs if log["event"] == "edge_index.optimized"]
+
+
+async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path) -> None:
+    """Upserts, deletes by id and by filter that land while the child works are in the index
+    it switches to, and still there after reopening; the HNSW was built by the child."""
+    index = await _filled(tmp_path)
+    ann = ScopeFilter(tenant="acme", user_id="ann")
+    doomed = [hit.id for hit in await index.search_dense(_points(1, seed=9)[0].dense, ann, 30)]
+    late = _points(50, seed=2)
+    bob = _points(20, seed=3, user="bob")
+    with capture_logs() as logs:
+        building = asyncio.ensure_future(index.optimize_in_background())
+        await _copy_started(tmp_path)  # the writes below come after the copy
+        await index.upsert(late + bob)
+        await index.delete(doomed)
+        await index.delete_where(ScopeFilter(tenant="acme", user_id="bob"))
+        await building
+    nearest = await index.search_dense(late[7].dense, ACME, limit=1)
+    count = await index.count(ACME)
+    await index.close()
+    reopened = EdgeSearchIndex(tmp_path, DIM)
+    await reopened.ensure_collection()
+    reopened_count = await reopened.count(ACME)
+    gone = await reopened.search_dense(_points(1, seed=9)[0].dense, ann, 30)
+    await reopened.close()
+    [optimized] = _optimized(logs)
+    assert (optimized["where"], optimized["changed"]) == ("child_process", True)
+    assert optimized["indexed_vectors"] >= BUILT  # the dense vectors are in an HNSW now
+    assert [late[7].id] == [hit.id for hit in nearest]
+    assert BUILT + 50 - 30 == count == reopened_count
+    assert not set(doomed) & {hit.id for hit in gone}
+    assert _names(tmp_path) == ["CURRENT", "gen-1"]
+
+
+async def test_searches_are_answered_while_the_child_optimises(tmp_path: Path) -> None:
+    """The event loop is not held while the index optimises: searches started after the
+    child was spawned come back before the optimisation ends."""
+    index = await _filled(tmp_path)
+    query = _points(1, seed=4)[0].dense
+    building = asyncio.ensure_future(index.optimize_in_background())
+    await _copy_started(tmp_path)
+    answered = 0
+    while not building.done():
+        await index.search_dense(query, ACME, limit=5)
+        answered += 1
+        await asyncio.sleep(0)
+    await building
+    await index.close()
+    assert answered > 1
+
+
+async def test_a_quiet_spell_starts_an_optimisation_in_the_background(tmp_path: Path) -> None:
+    """Past ``quiet_points`` written, ``quiet_seconds`` without a write start one (``every``
+    is far off), and later writes start none until another quiet spell."""
+    with capture_logs() as logs:
+        index = await _filled(tmp_path, every=1_000_000, quiet_points=5_000, quiet_seconds=0.2)
+        for _ in range(600):  # up to 60 s
+            if _optimized(logs):
+                break
+            await asyncio.sleep(0.1)
+        await index.upsert(_points(10, seed=5))
+        await asyncio.sleep(0.5)
+        await index.close()
+    assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+
+
+async def test_a_home_from_before_generations_moves_into_one(tmp_path: Path) -> None:
+    """A shard at the top of the folder (as earlier versions kept it) is loaded, optimised
+    into gen-1, and its old files removed; nothing else in the folder is touched."""
+    shard = qe.EdgeShard.create(str(tmp_path), edge_config(DIM))
+    shard.close()
+    (tmp_path / "notes.txt").write_text("kept")
+    index = await _filled(tmp_path)
+    await index.optimize_in_background()
+    count = await index.count(ACME)
+    await index.close()
+    assert BUILT == count
+    assert _names(tmp_path) == ["CURRENT", "gen-1", "notes.txt"]
+
+
+async def test_an_interrupted_build_is_removed_and_the_shard_kept(tmp_path: Path) -> None:
+    """Closing during a build stops the child and removes its copy; a copy left by a crash is
+    removed at the next open. The shard in use answers as before."""
+    index = await _filled(tmp_path)
+    building = asyncio.ensure_future(index.optimize_in_background())
+    await _copy_started(tmp_path)
+    await index.close()
+    left_by_close = _names(tmp_path)
+    (tmp_path / "gen-7").mkdir()  # as a crash mid-build would leave it
+    reopened = EdgeSearchIndex(tmp_path, DIM)
+    await reopened.ensure_collection()
+    count = await reopened.count(ACME)
+    await reopened.close()
+    assert building.done()
+    assert ["gen-0"] == left_by_close
+    assert ["gen-0"] == _names(tmp_path)
+    assert BUILT == count
