@@ -8,6 +8,8 @@ A write counts once every projection has applied it. Run by ``peers.run_side``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -177,6 +179,23 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
     return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
 
 
+def optimiser_peak_rss_mb(log: str) -> float:
+    """Return the largest peak RSS of the index's optimising child in a JSON log (0: none ran).
+
+    The child has exited by the time the process tree is read, so its peak comes from the
+    ``edge_index.optimized`` lines `memoryd up` logged.
+    """
+    peaks = [0.0]
+    for line in log.splitlines():
+        if '"edge_index.optimized"' not in line:
+            continue
+        with contextlib.suppress(ValueError):
+            peak = json.loads(line).get("child_peak_rss_mb")
+            if isinstance(peak, int | float):
+                peaks.append(float(peak))
+    return max(peaks)
+
+
 def key_texts(texts: Sequence[str], keys: KeyOptions) -> list[str]:
     """Return the distinct texts the indexer embeds for these turns, one conversation."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -222,6 +241,8 @@ async def measure(options: PeerOptions, _parent_spawned_at: float) -> Figures:
             raise
         finally:
             stop(up.process)
+        child = optimiser_peak_rss_mb((Path(folder) / "up.log").read_text(errors="replace"))
+    figures |= {"peak_rss_mb": figures["peak_rss_mb"] + child, "peak_rss_optimiser_mb": child}
     alone = await model_alone(workload, options)
     share = pipeline_share(
         figures["write_msgs_per_s"], alone["keys_per_turn"], alone["model_texts_per_s"]

@@ -92,6 +92,7 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("pipeline_vs_model", "write rate x texts per turn / the model's own rate", False),
     ("peak_rss_mb", "peak RSS, process tree (MB)", True),
     ("peak_rss_main_mb", "peak RSS, the main process alone (MB)", False),
+    ("peak_rss_optimiser_mb", "peak RSS, the index's optimising child, counted above (MB)", False),
     ("load1_start", "machine load average (1 min) at the side's start", False),
     ("load1_end", "machine load average (1 min) at the side's end", False),
 )
@@ -243,8 +244,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "by every projection; for mem0, when `add` returns. Results per search: memoryd's "
         "hybrid items (asked with 10 per session: every turn here is in one session; its "
         "answer also holds the 7 most recent turns as pages), mem0's results. "
-        "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up` and its "
-        "nats-server; mem0: the process that runs it).",
+        "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up`, its "
+        "nats-server and the index's optimising child, from its log line, had it run; mem0: "
+        "the process that runs it).",
         "",
     ]
     return "\n".join(lines)

@@ -87,6 +87,7 @@ async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path) -> N
     [optimized] = _optimized(logs)
     assert (optimized["where"], optimized["changed"]) == ("child_process", True)
     assert optimized["indexed_vectors"] >= BUILT  # the dense vectors are in an HNSW now
+    assert optimized["child_peak_rss_mb"] > 0
     assert [late[7].id] == [hit.id for hit in nearest]
     assert BUILT + 50 - 30 == count == reopened_count
     assert not set(doomed) & {hit.id for hit in gone}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from memoryd.services.bench.peer_memoryd import key_texts, pipeline_share
+from memoryd.services.bench.peer_memoryd import key_texts, optimiser_peak_rss_mb, pipeline_share
 from memoryd.services.bench.peers import (
     PeerOptions,
     Workload,
@@ -260,3 +260,16 @@ def test_pipeline_share_is_embedded_texts_per_second_over_the_models_rate() -> N
     """28 turns/s with 2.5 texts each against a model doing 70 texts/s is 1.0."""
     assert 1.0 == pipeline_share(28.0, 2.5, 70.0)
     assert 0.0 == pipeline_share(28.0, 2.5, 0.0)
+
+
+def test_the_optimising_childs_peak_is_the_largest_its_log_lines_name() -> None:
+    """The child has exited when the tree is read: its peak comes from `memoryd up`'s log."""
+    lines = [
+        '{"event": "edge_index.optimized", "where": "child_process", "child_peak_rss_mb": 310.5}',
+        "not json at all",
+        '{"event": "edge_index.optimized", "where": "in_process", "child_peak_rss_mb": null}',
+        '{"event": "edge_index.optimized", "where": "child_process", "child_peak_rss_mb": 322.0}',
+        '{"event": "recall_failed", "child_peak_rss_mb": 999}',
+    ]
+    assert 322.0 == optimiser_peak_rss_mb("\n".join(lines))
+    assert 0.0 == optimiser_peak_rss_mb('{"event": "edge_index.loaded"}')

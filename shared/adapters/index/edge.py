@@ -260,7 +260,7 @@ class EdgeSearchIndex:
         async with self._writing:
             changed = await asyncio.to_thread(shard.optimize)
         self._upserted_since_optimize = 0
-        self._optimized(shard, changed, started, "in_process")
+        self._optimized(shard, changed, started)
 
     async def optimize_in_background(self) -> None:
         """Optimise a copy of the shard in a child process, then switch to it; return when done.
@@ -286,11 +286,13 @@ class EdgeSearchIndex:
             async with self._writing:
                 since = self._upserted_since_optimize
                 await _to_the_end(asyncio.to_thread(self._copy_to, target))
-            changed = await optimise_in_child(target, self._dimension, self._segment_points)
-            if changed:
+            built = await optimise_in_child(target, self._dimension, self._segment_points)
+            if built.changed:
                 await _to_the_end(self._switch_to(target))
             self._upserted_since_optimize = max(0, self._upserted_since_optimize - since)
-            self._optimized(self._opened(), changed, started, "child_process")
+            self._optimized(
+                self._opened(), built.changed, started, child_peak_rss_mb=built.peak_rss_mb
+            )
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -330,12 +332,21 @@ class EdgeSearchIndex:
         shard.flush()
         return shard
 
-    def _optimized(self, shard: qe.EdgeShard, changed: bool, started: float, where: str) -> None:
+    def _optimized(
+        self,
+        shard: qe.EdgeShard,
+        changed: bool,
+        started: float,
+        child_peak_rss_mb: float | None = None,
+    ) -> None:
+        """Log an optimisation: in this process, or in a child (and the child's peak RSS)."""
         info = shard.info()
+        where = "in_process" if child_peak_rss_mb is None else "child_process"
         _log.info(
             "edge_index.optimized",
             changed=changed,
             where=where,
+            child_peak_rss_mb=child_peak_rss_mb,
             seconds=round(time.perf_counter() - started, 3),
             segments=info.segments_count,
             points=info.points_count,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import shutil
 import sys
 from dataclasses import dataclass
@@ -93,8 +94,16 @@ class Generations:
         return int(name[len(_PREFIX) :]) if name.startswith(_PREFIX) else 0
 
 
-async def optimise_in_child(folder: Path, dimension: int, segment_points: int | None) -> bool:
-    """Optimise the shard in ``folder`` in a child process; return whether anything changed.
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What the child did: whether the optimiser changed anything, and its peak RSS."""
+
+    changed: bool
+    peak_rss_mb: float
+
+
+async def optimise_in_child(folder: Path, dimension: int, segment_points: int | None) -> Built:
+    """Optimise the shard in ``folder`` in a child process; say what it did.
 
     Raises ``RuntimeError`` with the child's last line if it fails. Cancelled, it kills the
     child (the folder is then an interrupted build).
@@ -103,10 +112,10 @@ async def optimise_in_child(folder: Path, dimension: int, segment_points: int | 
     if segment_points is not None:
         command.append(str(segment_points))
     child = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     try:
-        _, errors = await child.communicate()
+        output, errors = await child.communicate()
     except asyncio.CancelledError:
         child.kill()
         await child.wait()
@@ -114,7 +123,8 @@ async def optimise_in_child(folder: Path, dimension: int, segment_points: int | 
     if child.returncode not in (0, _UNCHANGED):
         last = (errors.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"optimising the index copy in {folder} failed: {last}")
-    return child.returncode == 0
+    peak_kb = output.decode().strip().splitlines()[-1:] or ["0"]
+    return Built(changed=child.returncode == 0, peak_rss_mb=round(int(peak_kb[0]) / 1024, 1))
 
 
 def main() -> None:
@@ -130,6 +140,7 @@ def main() -> None:
     changed = shard.optimize()
     shard.flush()
     shard.close()
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KB on Linux
     sys.exit(0 if changed else _UNCHANGED)
 
 
