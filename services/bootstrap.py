@@ -358,7 +358,7 @@ async def _built_index(
         collection=settings.qdrant_collection,
         optimizing=Optimizing(
             every=settings.index_optimize_every,
-            in_background=True,
+            in_background=settings.index_optimize_in_background,
             quiet_points=settings.index_optimize_quiet_points,
             quiet_seconds=settings.index_optimize_quiet_seconds,
         ),

@@ -120,6 +120,10 @@ class Settings(BaseSettings):
     # index_optimize_quiet_seconds without a write when index_optimize_quiet_points are outside
     # any HNSW. A dense search by brute force took 1.4 ms at 12,620 points here, 0.4 ms on HNSW.
     index_optimize_every: int = Field(default=20_000, ge=1)
+    # False: optimise in this process (the GIL held throughout), at every index_optimize_every
+    # points exactly and never after a quiet spell: what a bulk load that optimises at its end
+    # (bench retrieval) wants, the same index from run to run.
+    index_optimize_in_background: bool = True
     index_optimize_quiet_points: int = Field(default=7_000, ge=1)
     index_optimize_quiet_seconds: float = Field(default=10.0, gt=0)
     # Edge segments stop growing at about this many points: an optimisation then indexes only

@@ -157,3 +157,18 @@ async def test_an_interrupted_build_is_removed_and_the_shard_kept(tmp_path: Path
     assert ["gen-0"] == left_by_close
     assert ["gen-0"] == _names(tmp_path)
     assert BUILT == count
+
+
+async def test_optimising_here_waits_for_the_one_in_the_background(tmp_path: Path) -> None:
+    """`optimize()` during a background optimisation runs after its switch, so what it
+    builds is what the index keeps; every point is still there."""
+    index = await _filled(tmp_path)
+    with capture_logs() as logs:
+        building = asyncio.ensure_future(index.optimize_in_background())
+        await _copy_started(tmp_path)
+        await index.optimize()
+        await building
+    count = await index.count(ACME)
+    await index.close()
+    assert ["child_process", "in_process"] == [o["where"] for o in _optimized(logs)]
+    assert BUILT == count

@@ -254,7 +254,14 @@ class EdgeSearchIndex:
         return points, None if following is None else UUID(str(following))
 
     async def optimize(self) -> None:
-        """Merge segments and build the HNSW and sparse indexes here; return when built."""
+        """Merge segments and build the HNSW and sparse indexes here; return when built.
+
+        A background optimisation under way ends first (its switch would bring back the
+        segments it copied, not the ones optimised here).
+        """
+        building = self._building
+        if building is not None and not building.done():
+            await asyncio.shield(building)
         shard = self._opened()
         started = time.perf_counter()
         async with self._writing:
