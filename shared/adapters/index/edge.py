@@ -2,7 +2,6 @@
 
 import asyncio
 import shutil
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -56,8 +55,8 @@ _HNSW_FIELDS = frozenset({TENANT_FIELD, "user_id"})
 # indexes a segment only past 10,000 KB of vectors (6,667 points of 384 floats).
 QUIET_POINTS = 7_000
 # No write for this long: a steady ingest pauses for seconds while its batches are embedded.
-# With 2 s and 2,000 points, five optimisations started while 5,000 turns were written here,
-# each taking a core from the model for 1-4 s (the fill took 82 s, against 72 without).
+# With 2 s and 2,000 written points, five optimisations started while 5,000 turns were written
+# here, each taking a core from the model for 1.1-3.9 s.
 QUIET_SECONDS = 10.0
 
 
@@ -91,7 +90,7 @@ class EdgeSearchIndex:
     points in one scope, 0.4 ms with the HNSW) until an optimisation runs. `optimize()` runs one
     here and now (after a bulk load). With `Optimizing.every`, one runs after every that many
     upserted points; `Optimizing.in_background` (the service's way) runs those, and one after a
-    quiet spell (`quiet_seconds` without a write once `quiet_points` were written), in a child
+    quiet spell (`quiet_seconds` without a write, `quiet_points` outside any HNSW), in a child
     process on a copy of the shard (`edge_build`), since Edge holds the GIL while it optimises
     (2.2 s at 12,620 points): the copy is loaded, the writes taken meanwhile replayed on it, and
     it replaces the shard. Writes run in a worker thread, one at a time; reads run on the event
@@ -132,9 +131,9 @@ class EdgeSearchIndex:
         self._folder: Path | None = None  # the generation the shard was loaded from
         # One write at a time; a background optimisation holds it while it copies and switches.
         self._writing = asyncio.Lock()
-        # The writes applied since the copy a background optimisation works on, in order.
+        # The writes applied since the copy a background optimisation works on, in order (read
+        # and written only under ``_writing``).
         self._taken: list[qe.UpdateOperation] | None = None
-        self._taking = threading.Lock()
         self._building: asyncio.Task[None] | None = None
         self._quiet: asyncio.TimerHandle | None = None
         self._thread_reads = 0
@@ -305,7 +304,7 @@ class EdgeSearchIndex:
         except Exception:
             _log.exception("edge_index.optimize_failed", folder=str(target))
         finally:
-            with self._taking:
+            async with self._writing:
                 self._taken = None
             if self._folder != target:
                 await asyncio.to_thread(shutil.rmtree, target, True)
@@ -315,14 +314,12 @@ class EdgeSearchIndex:
         assert self._folder is not None
         self._opened().flush()
         self._generations.copy(self._folder, target)
-        with self._taking:
-            self._taken = []
+        self._taken = []
 
     async def _switch_to(self, folder: Path) -> None:
         """Load the optimised copy, replay the writes it missed, and serve from it."""
         async with self._writing:
-            with self._taking:
-                taken, self._taken = self._taken or [], None
+            taken, self._taken = self._taken or [], None
             shard = await asyncio.to_thread(self._caught_up, folder, taken)
             old, self._shard, self._folder = self._shard, shard, folder
             await asyncio.to_thread(self._generations.commit, folder)
@@ -417,11 +414,11 @@ class EdgeSearchIndex:
             self._decoded.written(ids)
 
     def _update(self, operation: qe.UpdateOperation) -> None:
-        """Apply a write (blocking); a background optimisation's copy gets it at its switch."""
-        with self._taking:
-            self._opened().update(operation)
-            if self._taken is not None:
-                self._taken.append(operation)
+        """Apply a write (blocking, ``_writing`` held); a background optimisation's copy gets it
+        at its switch."""
+        self._opened().update(operation)
+        if self._taken is not None:
+            self._taken.append(operation)
 
     async def _search(self, query: qe.Query, scope: ScopeFilter, limit: int) -> list[Hit]:
         """Run one query in scope and return its hits.

@@ -68,7 +68,7 @@ class Generations:
         """Make ``folder`` the generation in use (atomically: a crash leaves one or the other)."""
         pending = self.home / f"{_CURRENT}.next"
         pending.write_text(folder.name)
-        Path(pending).replace(self.home / _CURRENT)
+        pending.replace(self.home / _CURRENT)
 
     def clean(self) -> None:
         """Remove what an interrupted build or a finished switch left beside the shard in use.
