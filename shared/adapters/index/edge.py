@@ -194,8 +194,14 @@ class EdgeSearchIndex:
             self._quiet = loop.call_later(policy.quiet_seconds, self._build_when_worth_it)
 
     def _build_when_worth_it(self) -> None:
-        """After a quiet spell: optimise if enough points are outside any HNSW."""
+        """After a quiet spell: optimise if enough points are outside any HNSW.
+
+        A write still under way is no quiet spell (it was armed when the write before it
+        ended): that write arms the timer again when it ends.
+        """
         self._quiet = None
+        if self._writing.locked():
+            return
         if self._shard is not None and self._unindexed() >= self._optimizing.quiet_points:
             self._build_in_background()
 
