@@ -12,7 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import structlog
 from pydantic import ValidationError
@@ -39,6 +39,9 @@ from memoryd.shared.contracts.errors import describe_validation_error
 from memoryd.shared.contracts.schema_export import write_schemas
 from memoryd.shared.logging import REDACTOR, configure_logging
 from memoryd.shared.settings import Settings, StartupError, public_url
+
+if TYPE_CHECKING:
+    from memoryd.services.bench.peers import PeerOptions
 
 log = structlog.get_logger("memoryd")
 
@@ -508,8 +511,14 @@ def _add_bench_peers(bench_sub: argparse._SubParsersAction[argparse.ArgumentPars
     peers.add_argument(
         "--concurrency", type=int, default=0, help="callers of a load phase (0: no load phase)"
     )
+    peers.add_argument(
+        "--load-seconds", type=float, default=60.0, help="how long the load phase's callers ask"
+    )
     peers.add_argument("--only", choices=["memoryd", "mem0"], default=None, help="run one side")
     peers.add_argument("--mem0-threads", type=int, default=1, help="torch threads for mem0")
+    peers.add_argument(
+        "--users", type=int, default=1, help="spread the messages over this many users, in turn"
+    )
     peers.add_argument("--data", type=Path, default=Path("../shared/bench"))
     peers.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="writes OUT.json, OUT.md"
@@ -648,22 +657,29 @@ def _bench_retrieval(args: argparse.Namespace, settings: Settings) -> None:
 
 def _bench_peers(args: argparse.Namespace, _settings: Settings) -> None:
     # Each side starts its own memory system with that system's defaults: no settings here.
-    from memoryd.services.bench.peers import PeerOptions, run_peers_bench
+    from memoryd.services.bench.peers import run_peers_bench
+
+    run_peers_bench(_peer_options(args))
+
+
+def _peer_options(args: argparse.Namespace) -> PeerOptions:
+    from memoryd.services.bench.peers import PeerOptions
 
     try:
-        options = PeerOptions(
+        return PeerOptions(
             data=args.data,
             out=args.out,
             n_write=args.n_write,
             n_total=args.n_total,
             n_search=args.n_search,
             concurrency=args.concurrency,
+            load_seconds=args.load_seconds,
             only=args.only,
             mem0_threads=args.mem0_threads,
+            users=args.users,
         )
     except ValidationError as invalid:
         raise StartupError(f"invalid options: {describe_validation_error(invalid)}") from None
-    run_peers_bench(options)
 
 
 Command = Callable[[argparse.Namespace, Settings], None]

@@ -20,6 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from memoryd.services.bench.peers import (
     LIMIT,
     Figures,
@@ -97,35 +100,69 @@ def make_memory(store: Path, threads: int) -> Any:
     return memory
 
 
+def user_id(user: int, users: int) -> str:
+    """Return the mem0 user id of the bench's ``user``-th user (USER when there is one)."""
+    return USER if users == 1 else f"{USER}-{user}"
+
+
+class AddMemo:
+    """mem0's embedder, but a text ``add`` embedded before comes from a memo (float32 rows).
+
+    Only when the workload repeats its texts (100,000 messages from 12,216 texts): memoryd
+    embeds a repeated text once (its embedding cache), and mem0 would embed every repeat.
+    Searches are embedded by the model every time, as without the memo.
+    """
+
+    def __init__(self, embedder: Any) -> None:
+        self._embed = embedder.embed
+        self._rows: dict[str, npt.NDArray[np.float32]] = {}
+        embedder.embed = self.embed
+
+    def embed(self, text: Any, memory_action: str | None = None) -> Any:
+        """Embed as mem0's embedder does; an added text it has seen comes from the memo."""
+        if memory_action != "add" or not isinstance(text, str):
+            return self._embed(text, memory_action)
+        row = self._rows.get(text)
+        if row is None:
+            row = np.asarray(self._embed(text, memory_action), dtype=np.float32)
+            self._rows[text] = row
+        return row.tolist()
+
+
 class Mem0Peer:
     """mem0 in this process: ``add`` one message per call, ``search`` with top_k 10."""
 
     name = "mem0"
 
-    def __init__(self, memory: Any, callers: int) -> None:
+    def __init__(self, memory: Any, callers: int, users: int = 1) -> None:
         self._memory = memory
         self._pool = ThreadPoolExecutor(max_workers=max(1, callers))
+        self._users = [user_id(user, users) for user in range(users)]
 
-    async def write(self, index: int, text: str) -> None:
+    async def write(self, user: int, index: int, text: str) -> None:
         """Add the message as is (``infer=False``), as the reference script does."""
         self._memory.add(
-            [{"role": "user", "content": text}], user_id=USER, metadata={"i": index}, infer=False
+            [{"role": "user", "content": text}],
+            user_id=self._users[user],
+            metadata={"i": index},
+            infer=False,
         )
 
     async def settle(self) -> None:
         """Nothing to wait for: a message is searchable once ``add`` returns."""
 
-    def _search(self, query: str) -> int:
-        found = self._memory.search(query, top_k=LIMIT, filters={"user_id": USER})
+    def _search(self, user: int, query: str) -> int:
+        found = self._memory.search(query, top_k=LIMIT, filters={"user_id": self._users[user]})
         return len(found["results"])
 
-    async def search(self, query: str) -> int:
+    async def search(self, user: int, query: str) -> int:
         """Search in this thread (mem0's API is synchronous)."""
-        return self._search(query)
+        return self._search(user, query)
 
-    async def load_search(self, query: str) -> int:
+    async def load_search(self, user: int, query: str) -> int:
         """Search from a pool thread: an app serving several callers at once."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._search, query)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._search, user, query)
 
     def close(self) -> None:
         """Stop the pool and close the local Qdrant store."""
@@ -143,7 +180,9 @@ async def _measure_in(folder: Path, options: PeerOptions, spawned_at: float) -> 
     progress("mem0", f"first search answered {cold_start:.1f} s after the process was spawned")
     workload = load_workload(options.dataset())
     memory.add("warm-up memory", user_id=WARM_USER, infer=False)  # untimed, as the reference
-    peer = Mem0Peer(memory, options.concurrency)
+    if workload.repeats(options.n_total):
+        AddMemo(memory.embedding_model)
+    peer = Mem0Peer(memory, options.concurrency, options.users)
     try:
         figures = await measure_phases(peer, workload, options)
     finally:

@@ -59,36 +59,44 @@ NOT_EMBEDDED = frozenset(
 )
 
 
+def user_scope(user: int, users: int) -> Scope:
+    """Return the scope of the bench's ``user``-th user (SCOPE when there is one)."""
+    if users == 1:
+        return SCOPE
+    return Scope(tenant="bench", user_id=f"bench-{user}", agent_id="peer", session_id="s1")
+
+
 class MemorydPeer:
     """memoryd through its SDK: one turn per message, recall with limit 10."""
 
     name = "memoryd"
 
-    def __init__(self, client: MemoryClient) -> None:
+    def __init__(self, client: MemoryClient, users: int) -> None:
         self._client = client
+        self._scopes = [user_scope(user, users) for user in range(users)]
 
-    async def write(self, index: int, text: str) -> None:
+    async def write(self, user: int, index: int, text: str) -> None:
         """Record the message as a turn (no response), like the reference script."""
-        await self._client.record_turn(SCOPE, text, "")
+        await self._client.record_turn(self._scopes[user], text, "")
 
     async def settle(self) -> None:
         """Wait until every projection has applied everything written."""
         await self._client.wait_until_applied(timeout=APPLY_TIMEOUT_S)
 
-    async def search(self, query: str) -> int:
+    async def search(self, user: int, query: str) -> int:
         """Recall with limit 10; return how many hybrid results came back.
 
         Every turn is in one session here: ``max_per_session`` is the limit, so recall ranks
         ten items as mem0's search does (the default keeps three per session).
         """
         answer = await self._client.recall(
-            SCOPE, query, limit=LIMIT, max_per_session=LIMIT, timeout=RECALL_TIMEOUT_S
+            self._scopes[user], query, limit=LIMIT, max_per_session=LIMIT, timeout=RECALL_TIMEOUT_S
         )
         return len(answer.items)
 
-    async def load_search(self, query: str) -> int:
+    async def load_search(self, user: int, query: str) -> int:
         """Recall as one of several callers: requests are concurrent on one connection."""
-        return await self.search(query)
+        return await self.search(user, query)
 
 
 def _environment(folder: Path) -> dict[str, str]:
@@ -174,7 +182,7 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
     client, cold_start = await first_answer(up)
     progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
     await _warm_up(client)
-    figures = await measure_phases(MemorydPeer(client), workload, options)
+    figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
     await client.close()
     return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
 
@@ -196,11 +204,17 @@ def optimiser_peak_rss_mb(log: str) -> float:
     return max(peaks)
 
 
-def key_texts(texts: Sequence[str], keys: KeyOptions) -> list[str]:
-    """Return the distinct texts the indexer embeds for these turns, one conversation."""
+def key_texts(texts: Sequence[str], keys: KeyOptions, users: int = 1) -> list[str]:
+    """Return the distinct texts the indexer embeds for these turns, written to ``users``
+    users in turn (each user one conversation)."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
     turns = [
-        TurnRecorded(occurred_at=start + timedelta(seconds=n), scope=SCOPE, query=text, response="")
+        TurnRecorded(
+            occurred_at=start + timedelta(seconds=n),
+            scope=user_scope(n % users, users),
+            query=text,
+            response="",
+        )
         for n, text in enumerate(texts)
     ]
     operations, _ = plan(turns, None, keys)
@@ -217,7 +231,7 @@ async def model_alone(workload: Workload, options: PeerOptions) -> Figures:
     """Time the configured model alone on the keys of the first n-write turns (memoryd down)."""
     texts = [workload.text(n) for n in range(options.n_write)]
     settings = Settings()
-    keys = key_texts(texts, key_options(settings))
+    keys = key_texts(texts, key_options(settings), options.users)
     model = build_model(settings, "workers")
     await model.embed(["warm-up"])
     started = time.perf_counter()

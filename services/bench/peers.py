@@ -42,6 +42,7 @@ __all__ = [
     "Peer",
     "PeerOptions",
     "Workload",
+    "asked_of",
     "command_line",
     "descendants",
     "latency_figures",
@@ -114,6 +115,9 @@ class PeerOptions(BaseModel):
     load_seconds: float = Field(default=60.0, gt=0)
     only: Side | None = None
     mem0_threads: int = Field(default=1, ge=1)
+    # Users the messages are spread over, in turn (message i to user i mod users); a search
+    # asks the next user's scope in turn. One: every message in one scope.
+    users: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _total_holds_the_first_writes(self) -> PeerOptions:
@@ -129,6 +133,10 @@ class PeerOptions(BaseModel):
         """Return the LongMemEval-S dev file."""
         return self.data / DATASET_FILE
 
+    def user_of(self, index: int) -> int:
+        """Return the user the ``index``-th message goes to (or search asks), in turn."""
+        return index % self.users
+
 
 class Workload(BaseModel):
     """The texts both sides write and the questions they are asked, in file order."""
@@ -141,6 +149,10 @@ class Workload(BaseModel):
     def text(self, index: int) -> str:
         """Return the ``index``-th message written (the texts repeat past their end)."""
         return self.texts[index % len(self.texts)]
+
+    def repeats(self, n_total: int) -> bool:
+        """Say whether writing ``n_total`` messages repeats texts."""
+        return n_total > len(self.texts)
 
 
 def load_workload(path: Path) -> Workload:
@@ -235,7 +247,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"Measured {report['measured_at']} on {report['machine']}; the sides ran one after "
         f"the other ({', '.join(report['sides'])}). Workload: {workload['turns']:,} "
         f"LongMemEval-S dev user turns ({workload['mean_chars']:.0f} characters on average), "
-        "one message per call into one scope; searches with limit 10.",
+        f"one message per call {_spread(workload)}; searches with limit 10.",
         "",
         *table_rows(report["sides"], report["ratios"]),
         "",
@@ -250,6 +262,19 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _spread(workload: Mapping[str, Any]) -> str:
+    """Say where the messages went, and how a repeated text is embedded."""
+    users = workload.get("users", 1)
+    where = "into one scope" if users == 1 else f"to {users:,} users in turn (one scope each)"
+    if not workload.get("texts_repeat", False):
+        return where
+    return (
+        f"{where}, the texts repeating past their end; each side embeds a text it has added "
+        "before once (memoryd from its embedding cache, mem0 from a memo the bench gives its "
+        "`add`: without it mem0 would embed every repeat)"
+    )
 
 
 def command_line(options: PeerOptions) -> str:
@@ -267,6 +292,8 @@ def command_line(options: PeerOptions) -> str:
         words.append(f"--only {options.only}")
     if options.mem0_threads != 1:
         words.append(f"--mem0-threads {options.mem0_threads}")
+    if options.users != 1:
+        words.append(f"--users {options.users}")
     return " ".join(words)
 
 
@@ -330,16 +357,16 @@ class Peer(Protocol):
 
     name: str
 
-    async def write(self, index: int, text: str) -> None:
-        """Store one message."""
+    async def write(self, user: int, index: int, text: str) -> None:
+        """Store one message in ``user``'s scope."""
 
     async def settle(self) -> None:
         """Return once every message written so far is searchable."""
 
-    async def search(self, query: str) -> int:
-        """Search the scope with limit 10; return the number of results."""
+    async def search(self, user: int, query: str) -> int:
+        """Search ``user``'s scope with limit 10; return the number of results."""
 
-    async def load_search(self, query: str) -> int:
+    async def load_search(self, user: int, query: str) -> int:
         """Search as one of several concurrent callers."""
 
 
@@ -348,21 +375,23 @@ def progress(side: str, message: str) -> None:
     print(f"bench peers [{side}] {message}", file=sys.stderr, flush=True)
 
 
-async def _write(peer: Peer, workload: Workload, start: int, stop: int) -> float:
+async def _write(
+    peer: Peer, workload: Workload, options: PeerOptions, start: int, stop: int
+) -> float:
     started = time.perf_counter()
     for index in range(start, stop):
-        await peer.write(index, workload.text(index))
+        await peer.write(options.user_of(index), index, workload.text(index))
     await peer.settle()
     return time.perf_counter() - started
 
 
 async def _write_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
-    seconds = await _write(peer, workload, 0, options.n_write)
+    seconds = await _write(peer, workload, options, 0, options.n_write)
     figures = {"write_seconds": seconds, "write_msgs_per_s": options.n_write / seconds}
     fill = 0.0
     for start in range(options.n_write, options.n_total, FILL_CHUNK):
         stop = min(start + FILL_CHUNK, options.n_total)
-        fill += await _write(peer, workload, start, stop)
+        fill += await _write(peer, workload, options, start, stop)
         progress(peer.name, f"filled {stop} ({fill:.0f} s)")
     if options.n_total > options.n_write:
         figures |= {
@@ -372,19 +401,27 @@ async def _write_phases(peer: Peer, workload: Workload, options: PeerOptions) ->
     return figures
 
 
-async def _search_phase(peer: Peer, asked: Sequence[str]) -> Figures:
-    for query in asked[:WARM_QUERIES]:
-        await peer.search(query)
+Asked = Sequence[tuple[int, str]]  # (user, query)
+
+
+def asked_of(workload: Workload, options: PeerOptions) -> list[tuple[int, str]]:
+    """Return the searches and the user each asks: the users in turn."""
+    return [(options.user_of(n), q) for n, q in enumerate(queries(workload, options.n_search))]
+
+
+async def _search_phase(peer: Peer, asked: Asked) -> Figures:
+    for user, query in asked[:WARM_QUERIES]:
+        await peer.search(user, query)
     millis, found = [], []
-    for query in asked:
+    for user, query in asked:
         started = time.perf_counter()
-        found.append(await peer.search(query))
+        found.append(await peer.search(user, query))
         millis.append(1000 * (time.perf_counter() - started))
     figures = latency_figures("search", millis)
     return {"searches": len(asked), "search_results_mean": statistics.fmean(found), **figures}
 
 
-async def _load_phase(peer: Peer, asked: Sequence[str], callers: int, seconds: float) -> Figures:
+async def _load_phase(peer: Peer, asked: Asked, callers: int, seconds: float) -> Figures:
     """Keep ``callers`` asking for ``seconds``; a search that fails (a timeout, a refusal)
     is counted, not retried. Searches/s counts the answered ones."""
     millis: list[float] = []
@@ -396,7 +433,7 @@ async def _load_phase(peer: Peer, asked: Sequence[str], callers: int, seconds: f
         while time.perf_counter() < deadline:
             started = time.perf_counter()
             try:
-                await peer.load_search(next(pending))
+                await peer.load_search(*next(pending))
             except Exception as error:
                 failed[type(error).__name__] += 1
                 continue
@@ -419,7 +456,7 @@ async def _load_phase(peer: Peer, asked: Sequence[str], callers: int, seconds: f
 async def measure_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
     """Write n-write, fill to n-total, search one at a time, then under load if asked."""
     figures = await _write_phases(peer, workload, options)
-    asked = queries(workload, options.n_search)
+    asked = asked_of(workload, options)
     figures |= await _search_phase(peer, asked)
     if options.concurrency:
         figures |= await _load_phase(peer, asked, options.concurrency, options.load_seconds)
@@ -482,6 +519,8 @@ def build_report(
             "limit": LIMIT,
             "concurrency": options.concurrency,
             "mem0_threads": options.mem0_threads,
+            "users": options.users,
+            "texts_repeat": workload.repeats(options.n_total),
         },
         "sides": {side: dict(figures) for side, figures in sides.items()},
         "ratios": ratios(sides["memoryd"], sides["mem0"]) if both else {},

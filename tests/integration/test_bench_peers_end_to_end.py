@@ -52,7 +52,7 @@ def write_dataset(folder: Path) -> Path:
     return folder
 
 
-def run_bench(tmp_path: Path, side: str) -> dict[str, Any]:
+def run_bench(tmp_path: Path, side: str, *extra: str) -> dict[str, Any]:
     """Run ``memoryd bench peers --only <side>`` (tiny sizes); return the JSON it wrote."""
     out = tmp_path / "results" / "peers"
     done = subprocess.run(
@@ -65,6 +65,7 @@ def run_bench(tmp_path: Path, side: str) -> dict[str, Any]:
             "--only",
             side,
             *TINY,
+            *extra,
             "--data",
             str(write_dataset(tmp_path)),
             "--out",
@@ -96,9 +97,11 @@ def assert_figures(report: dict[str, Any], side: str) -> None:
 
 
 def test_bench_peers_measures_memoryd(tmp_path: Path) -> None:
-    """`memoryd up` is started, written to, searched and stopped; the figures are in the file."""
-    report = run_bench(tmp_path, "memoryd")
+    """`memoryd up` is started, written to, searched and stopped; the figures are in the file.
+    With two users, each search finds what was written to its user's scope."""
+    report = run_bench(tmp_path, "memoryd", "--users", "2")
     memoryd = report["sides"]["memoryd"]
+    assert 2 == report["workload"]["users"]
     assert memoryd["keys_per_turn"] >= 1  # every turn is at least its own key
     assert memoryd["model_texts_per_s"] > 0
     assert memoryd["pipeline_vs_model"] > 0
@@ -111,8 +114,11 @@ def test_bench_peers_measures_memoryd(tmp_path: Path) -> None:
     reason="mem0ai is not installed (the optional `peers` extra)",
 )
 def test_bench_peers_measures_mem0(tmp_path: Path) -> None:
-    """mem0 runs offline in its own process; the figures are in the file."""
-    report = run_bench(tmp_path, "mem0")
+    """mem0 runs offline in its own process; the figures are in the file. Past the file's
+    50 texts (the memo then embeds a repeated text once), over two users."""
+    report = run_bench(tmp_path, "mem0", "--users", "2", "--n-total", "60")
 
     assert_figures(report, "mem0")
+    assert report["workload"]["texts_repeat"]
+    assert "a memo the bench gives" in (tmp_path / "results" / "peers.md").read_text()
     assert report["sides"]["mem0"]["init_s"] > 0

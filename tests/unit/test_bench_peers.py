@@ -11,10 +11,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from memoryd.services.bench.peer_memoryd import key_texts, optimiser_peak_rss_mb, pipeline_share
+from memoryd.services.bench.peer_mem0 import AddMemo, user_id
+from memoryd.services.bench.peer_memoryd import (
+    key_texts,
+    optimiser_peak_rss_mb,
+    pipeline_share,
+    user_scope,
+)
 from memoryd.services.bench.peers import (
     PeerOptions,
     Workload,
+    asked_of,
     build_report,
     command_line,
     descendants,
@@ -30,6 +37,7 @@ from memoryd.services.bench.peers import (
     table_rows,
     tree_peak_rss_mb,
 )
+from memoryd.services.cli import _parser, _peer_options
 from memoryd.services.indexer.items import KeyOptions
 
 
@@ -74,6 +82,58 @@ def test_texts_repeat_past_their_end() -> None:
     workload = Workload(texts=("t0", "t1"), questions=())
 
     assert ["t0", "t1", "t0"] == [workload.text(i) for i in range(3)]
+
+
+def test_messages_and_searches_go_to_the_users_in_turn() -> None:
+    """Message i goes to user i mod users, and so does search i; one user: all to user 0."""
+    workload = Workload(texts=("t0", "t1", "t2"), questions=("q0", "q1"))
+    three = PeerOptions(n_search=4, users=3)
+
+    assert [0, 1, 2, 0, 1] == [three.user_of(i) for i in range(5)]
+    assert [(0, "q0"), (1, "q1"), (2, "t2"), (0, "t1")] == asked_of(workload, three)
+    assert {0} == {user for user, _ in asked_of(workload, PeerOptions(n_search=4))}
+
+
+def test_each_user_is_a_scope_of_its_own_on_both_sides() -> None:
+    """One user keeps the reference scripts' scope; several get one each, the rest equal."""
+    assert "bench" == user_scope(0, 1).user_id == user_id(0, 1)
+    scopes = [user_scope(user, 3) for user in range(3)]
+    assert ["bench-0", "bench-1", "bench-2"] == [scope.user_id for scope in scopes]
+    assert ["bench-0", "bench-1", "bench-2"] == [user_id(user, 3) for user in range(3)]
+    assert {("bench", "peer", "s1")} == {(s.tenant, s.agent_id, s.session_id) for s in scopes}
+
+
+def test_a_workload_repeats_only_past_its_texts() -> None:
+    """Writing more messages than there are texts repeats them (the memo is then used)."""
+    workload = Workload(texts=("t0", "t1"), questions=())
+
+    assert not workload.repeats(2)
+    assert workload.repeats(3)
+
+
+class _CountingEmbedder:
+    """mem0's embedder interface (``embed(text, memory_action)``), counting its model calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        self.calls.append((text, memory_action))
+        return [float(len(text)), 0.5]
+
+
+def test_the_add_memo_embeds_an_added_text_once_and_every_search() -> None:
+    """A repeated add comes from the memo (the same vector); searches always reach the model."""
+    embedder = _CountingEmbedder()
+    AddMemo(embedder)
+
+    first = embedder.embed("hello", "add")
+    again = embedder.embed("hello", "add")
+    embedder.embed("hello", "search")
+    embedder.embed("hello", "search")
+
+    assert [5.0, 0.5] == first == again
+    assert [("hello", "add"), ("hello", "search"), ("hello", "search")] == embedder.calls
 
 
 def test_percentile_takes_the_rounded_rank_of_the_sorted_values() -> None:
@@ -181,12 +241,26 @@ def test_both_sides_give_ratios_in_the_report() -> None:
 
 def test_command_line_names_every_size() -> None:
     """The report's command reproduces the run."""
-    options = PeerOptions(n_write=20, n_total=40, n_search=5, only="mem0", mem0_threads=2)
+    options = PeerOptions(
+        n_write=20, n_total=40, n_search=5, only="mem0", mem0_threads=2, users=3
+    )
 
     assert (
         "memoryd bench peers --n-write 20 --n-total 40 --n-search 5 --concurrency 0 "
-        "--only mem0 --mem0-threads 2"
+        "--only mem0 --mem0-threads 2 --users 3"
     ) == command_line(options)
+
+
+def test_the_command_line_parses_back_into_the_same_options() -> None:
+    """Every word of the report's command is an option `memoryd bench peers` takes."""
+    options = PeerOptions(
+        n_write=20, n_total=40, n_search=5, concurrency=8, load_seconds=12.5, users=3
+    )
+    words = command_line(options).split()[1:]
+
+    args = _parser().parse_args(words)
+
+    assert options == _peer_options(args)
 
 
 def test_defaults_are_the_issue_sizes() -> None:
@@ -254,6 +328,17 @@ def test_key_texts_are_the_indexers_distinct_keys_in_order() -> None:
         "I adopted a greyhound last month. It is shy.",
         "I adopted a greyhound last month.",
     ] == composed
+
+
+def test_key_texts_join_windows_within_each_users_conversation() -> None:
+    """With two users in turn, a window joins a turn to the same user's previous turn."""
+    texts = ["Hi there.", "Hello you.", "I adopted a greyhound.", "Fine thanks."]
+
+    keys = key_texts(texts, KeyOptions(facts=False), users=2)
+
+    assert "Hi there.\nI adopted a greyhound." in keys
+    assert "Hello you.\nFine thanks." in keys
+    assert not any(key.startswith("Hi there.\nHello you.") for key in keys)
 
 
 def test_pipeline_share_is_embedded_texts_per_second_over_the_models_rate() -> None:
