@@ -241,9 +241,7 @@ def test_both_sides_give_ratios_in_the_report() -> None:
 
 def test_command_line_names_every_size() -> None:
     """The report's command reproduces the run."""
-    options = PeerOptions(
-        n_write=20, n_total=40, n_search=5, only="mem0", mem0_threads=2, users=3
-    )
+    options = PeerOptions(n_write=20, n_total=40, n_search=5, only="mem0", mem0_threads=2, users=3)
 
     assert (
         "memoryd bench peers --n-write 20 --n-total 40 --n-search 5 --concurrency 0 "
