@@ -528,7 +528,9 @@ def build_memoryos_projections(
     if "chain" in components:
         projections.append(ChainProjection(llm, log_, settings.stm_capacity))
     if "mtm" in components:
-        projections.append(MtmProjection(embedder, llm, log_, params))
+        projections.append(
+            MtmProjection(embedder, llm, log_, params, held_segments=settings.mtm_held_segments)
+        )
     if "persona" in components:
         projections.append(PersonaProjection(embedder, llm, log_, params))
     return projections

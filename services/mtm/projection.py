@@ -15,6 +15,8 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.mtm.state import (
+    HELD_SEGMENTS,
+    HeldSegments,
     MtmBatch,
     fold_evicted,
     fold_filed,
@@ -24,6 +26,7 @@ from memoryd.services.mtm.state import (
 )
 from memoryd.services.runtime.decisions import DecisionLog, ask
 from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
+from memoryd.services.runtime.held import HeldState
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
 from memoryd.shared import subjects
@@ -112,26 +115,32 @@ class MtmProjection:
         llm: MemoryLlm,
         decisions: DecisionLog,
         params: MemoryOsParams,
+        *,
+        held_segments: int = HELD_SEGMENTS,
     ) -> None:
         self._embedder = embedder
         self._llm = llm
         self._offline = OfflineExtractor()
         self._decisions = decisions
         self._params = params
+        # Each user's segments as the last committed batch left them (see runtime/held.py).
+        self.held: HeldSegments = HeldState(held_segments, size=len)
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Erase the users the batch erases, then fold the rest of it (``_fold_batch``)."""
-        return await fold_with_erasures(
-            session, batch, live, self._fold_batch, erase_rows(self.tables)
-        )
+        return await fold_with_erasures(session, batch, live, self._fold_batch, self._erase_rows)
+
+    async def _erase_rows(self, session: AsyncSession, event: UserErased) -> None:
+        await erase_rows(self.tables)(session, event)
+        self.held.put((event.scope.tenant, event.scope.user_id), None)
 
     async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
         """Decide on evictions and visits (live) or fold the recorded decisions (replay)."""
-        state = MtmBatch(session, self._params)
+        state = MtmBatch(session, self._params, self.held)
         await state.look_up_pages(
             item.event.turn_id for item in batch if isinstance(item.event, PageEvicted | PageFiled)
         )

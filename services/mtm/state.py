@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memoryd.services.runtime.held import HeldState
 from memoryd.shared.contracts.memoryos import (
     PageFiled,
     PromotedPage,
@@ -32,6 +33,10 @@ from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_
 from memoryd.shared.stores import mtm as store
 
 UserKey = tuple[str, str]  # (tenant, user_id)
+# Segments held between batches, all users together (~4 KB each with its vector): 100 users at
+# MemoryOS's 200 segments each (``MEMORYD_MTM_HELD_SEGMENTS``).
+HELD_SEGMENTS = 20_000
+HeldSegments = HeldState[UserKey, dict[str, Segment]]
 
 
 @dataclass
@@ -49,6 +54,7 @@ class MtmBatch:
 
     session: AsyncSession
     params: MemoryOsParams
+    held: HeldSegments | None = None  # the segments the last committed batch left
     users: dict[UserKey, UserSegments] = field(default_factory=dict)
     new_pages: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
     # Pages read from SQL (``look_up_pages``): those found filed, and every one asked about.
@@ -56,10 +62,13 @@ class MtmBatch:
     looked_up: set[uuid.UUID] = field(default_factory=set)
 
     async def user(self, key: UserKey) -> UserSegments:
-        """Return the user's segments, loading them on first use."""
+        """Return the user's segments: held from the last batch, or loaded on first use."""
         if key not in self.users:
-            loaded = await store.load_segments(self.session, *key)
-            self.users[key] = UserSegments({segment.id: segment for segment in loaded})
+            held = self.held.get(key) if self.held is not None else None
+            if held is None:
+                loaded = await store.load_segments(self.session, *key)
+                held = {segment.id: segment for segment in loaded}
+            self.users[key] = UserSegments(dict(held))  # Segments are frozen: a shallow copy
         return self.users[key]
 
     async def look_up_pages(self, turn_ids: Iterable[uuid.UUID]) -> None:
@@ -106,6 +115,9 @@ class MtmBatch:
         ]
         pages = [row for row in self.new_pages.values() if row["segment_id"] not in removed]
         await store.save(self.session, rows, removed, pages)
+        if self.held is not None:
+            for key, user in self.users.items():
+                self.held.put(key, dict(user.segments))
 
 
 def user_of(event: PageFiled | SegmentSummarised | SegmentPromoted | SegmentEvicted) -> UserKey:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -24,6 +24,7 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.runtime.decisions import DecisionsDiverged, pipelined
+from memoryd.services.runtime.held import HeldState
 from memoryd.shared import subjects
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
@@ -109,6 +110,19 @@ class Warms(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsState(Protocol):
+    """A projection that keeps state in memory between its batches (see ``held``)."""
+
+    held: HeldState[Any, Any]
+
+
+def held_state(projection: Projection) -> HeldState[Any, Any] | None:
+    """Return the state ``projection`` (or the projection it is a partition of) holds."""
+    inner = projection.projection if isinstance(projection, PartitionOf) else projection
+    return inner.held if isinstance(inner, HoldsState) else None
+
+
 class DeadLetter(Exception):
     """An event that can never be applied, with the reason."""
 
@@ -179,10 +193,12 @@ async def _apply_once(
     pipelining: bool,
 ) -> Effects:
     last = through if through is not None else (batch[-1].sequence if batch else 0)
+    held = held_state(projection)
     async with sessions() as session, session.begin():
         applied = await tracking.position(session, projection.consumer, lock=True)
         if last <= applied:
             return Effects()
+        holding = held.begin(projection.consumer, applied) if held is not None else None
         fresh = [i for i in batch if i.sequence > applied and folds_event(projection, i.event)]
         # One ledger per projection, whatever its partitions: an event id is one identity.
         ledger_key = subjects.base_consumer(projection.consumer)
@@ -191,11 +207,14 @@ async def _apply_once(
         effects = Effects()
         if admitted:
             async with pipelined() if pipelining else contextlib.nullcontext():
-                effects = await projection.apply(session, admitted, live)
+                with held.opened(holding) if held and holding else contextlib.nullcontext():
+                    effects = await projection.apply(session, admitted, live)
             await tracking.changed(session, projection.consumer, last)
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
         await tracking.advance(session, projection.consumer, last)
+    if held is not None and holding is not None:
+        held.commit(holding, last)  # committed: what the batch staged is the read models' now
     return effects
 
 
