@@ -20,11 +20,14 @@ from typing import Any
 import nats
 import pytest
 from nats.js.errors import NotFoundError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import ALL_COMPONENTS, Component, Stack, start_stack
 from memoryd.services.runtime.leases import bucket_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embedded_nats import EmbeddedNats
+from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.settings import Settings
 
@@ -120,6 +123,15 @@ def postgres_url() -> Iterator[str | None]:
         yield None
         return
     yield from containers
+
+
+@pytest.fixture
+async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Yield sessions on a fresh SQLite read-model database, the schema created."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}")
+    await create_schema(engine)
+    yield session_factory(engine)
+    await engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -8,20 +8,15 @@ log's page.filed decisions, folded as replay folds them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.mtm import state
 from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.runtime.decisions import NoDecisions
 from memoryd.services.runtime.projection import Positioned, apply_once
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
-from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.events import Event, UserErased
 from memoryd.shared.contracts.memoryos import PageFiled
@@ -31,14 +26,6 @@ from memoryd.shared.stores import mtm
 
 SCOPE = Scope(tenant="acme", user_id="alice", session_id="s1")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}")
-    await create_schema(engine)
-    yield session_factory(engine)
-    await engine.dispose()
 
 
 def projection() -> MtmProjection:
@@ -85,13 +72,13 @@ async def segment(sessions: async_sessionmaker[AsyncSession], user: str = "alice
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record each user whose segments a batch reads from SQL."""
     read: list[str] = []
-    load = state.store.load_segments
+    load = mtm.load_segments
 
     async def counted(session: AsyncSession, tenant: str, user_id: str) -> list[Segment]:
         read.append(user_id)
         return await load(session, tenant, user_id)
 
-    monkeypatch.setattr(state.store, "load_segments", counted)
+    monkeypatch.setattr(mtm, "load_segments", counted)
     return read
 
 
@@ -135,10 +122,10 @@ async def test_a_failed_batch_leaves_nothing_held(
     async def fails(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(state.store, "save", fails)
+    monkeypatch.setattr(mtm, "save", fails)
     with pytest.raises(OSError, match="disk full"):
         await fold(sessions, worker, 2, filed(2))
-    monkeypatch.setattr(state.store, "save", save)
+    monkeypatch.setattr(mtm, "save", save)
     await fold(sessions, worker, 2, filed(2))
 
     assert 2 == (await segment(sessions)).page_count

@@ -7,12 +7,10 @@ decisions are folded), so the ledger and tracking rows are exercised too.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import numpy as np
-import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.memories.projection import MemoriesProjection
@@ -22,8 +20,6 @@ from memoryd.services.runtime.decisions import NoDecisions
 from memoryd.services.runtime.projection import Positioned, Projection, apply_once
 from memoryd.services.stm.chain import ChainProjection
 from memoryd.services.stm.projection import StmProjection
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
-from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.contracts import MemoryForgotten, MemoryRemembered, Scope, TurnRecorded
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.contracts.memoryos import LearnedFact, PageChained, PageFiled, PersonaExtracted
@@ -35,14 +31,6 @@ from memoryd.shared.stores import chain, memories, mtm, persona, stm
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SCOPE = Scope(tenant="acme", user_id="alice", session_id="s1")
 KEY = ConversationKey("acme", "alice", "default")
-
-
-@pytest.fixture
-async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}")
-    await create_schema(engine)
-    yield session_factory(engine)
-    await engine.dispose()
 
 
 async def fold(

@@ -2,12 +2,9 @@
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import cast
 
-import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.memories.projection import MemoriesProjection
@@ -20,23 +17,12 @@ from memoryd.services.recall.cache import (
 )
 from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
-from memoryd.shared.adapters.sql.schema import create_schema
 from memoryd.shared.contracts.events import Category, MemoryRemembered, TurnRecorded
 from memoryd.shared.contracts.scope import Scope, SearchScope
 from memoryd.shared.stores import memories as memories_store
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SCOPE = Scope(tenant="acme", user_id="anna")
-
-
-@pytest.fixture
-async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    """Yield sessions on a fresh SQLite file with the schema created."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'cache.db'}")
-    await create_schema(engine)
-    yield session_factory(engine)
-    await engine.dispose()
 
 
 async def test_state_is_loaded_again_only_after_its_consumer_changes_it(
