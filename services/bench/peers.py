@@ -266,9 +266,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 def _spread(workload: Mapping[str, Any]) -> str:
     """Say where the messages went, and how a repeated text is embedded."""
-    users = workload.get("users", 1)
+    users = workload["users"]
     where = "into one scope" if users == 1 else f"to {users:,} users in turn (one scope each)"
-    if not workload.get("texts_repeat", False):
+    if not workload["texts_repeat"]:
         return where
     return (
         f"{where}, the texts repeating past their end; each side embeds a text it has added "

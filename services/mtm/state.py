@@ -33,8 +33,9 @@ from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_
 from memoryd.shared.stores import mtm as store
 
 UserKey = tuple[str, str]  # (tenant, user_id)
-# Segments held between batches, all users together (~4 KB each with its vector): 100 users at
-# MemoryOS's 200 segments each (``MEMORYD_MTM_HELD_SEGMENTS``).
+# Segments held between batches, all users together (3.5 KB each decoded, vector included:
+# tracemalloc over 12,732 LongMemEval segments, so ~70 MB): 100 users at MemoryOS's 200
+# segments each (``MEMORYD_MTM_HELD_SEGMENTS``).
 HELD_SEGMENTS = 20_000
 HeldSegments = HeldState[UserKey, dict[str, Segment]]
 
@@ -115,9 +116,9 @@ class MtmBatch:
         ]
         pages = [row for row in self.new_pages.values() if row["segment_id"] not in removed]
         await store.save(self.session, rows, removed, pages)
-        if self.held is not None:
+        if self.held is not None:  # the batch is done with them: no copy (``user`` copies)
             for key, user in self.users.items():
-                self.held.put(key, dict(user.segments))
+                self.held.put(key, user.segments)
 
 
 def user_of(event: PageFiled | SegmentSummarised | SegmentPromoted | SegmentEvicted) -> UserKey:
