@@ -1,20 +1,28 @@
 """Per-scope state recall reads on every request, kept while its writer stands still.
 
 A user's segments, persona and graph change only when their projection applies a batch
-that changes them, and that projection's version (``tracking.versions``: the sequence of
+that changes them, and that projection's version (``tracking.changed``: the sequence of
 its last changing batch) then moves; events it does not fold leave it alone. So recall reads
 the (one-row) version first and the state only when the version moved: between changes, a
 request costs one indexed lookup instead of decoding every segment or counting every
 mention. The version is read before the state, so a value is never filed under a newer
 version than the one it was read at (at worst a fresh value sits under an older one:
 reloaded). Below, "position" is that version.
+
+A projection's version moves with every user's writes, so a value of one user is keyed on
+that user's version instead (``tracking.user_versions``): with many users writing, or recall's
+own visits folded every few seconds, each user's state stays held until that user's rows
+change. ``VersionFeed`` follows those versions: each read asks SQL only for the users changed
+since the last one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -33,16 +41,119 @@ RECALL_READS = (
     subjects.PERSONA_CONSUMER,
     subjects.GRAPH_CONSUMER,
 )
-Versions = Mapping[str, int]
+# (tenant, user id): whose state a cached value is; a user id of None is the whole tenant.
+User = tuple[str, str | None]
+# (consumer, owner key): one user's state in one projection's read models.
+Owned = tuple[str, str]
 
 
-async def read_versions(sessions: async_sessionmaker[AsyncSession]) -> Versions:
-    """Return the versions of every read model recall reads, in one query.
+class VersionFeed:
+    """Each user's version of the read models recall reads, as far as this process needs it.
 
-    Read at the start of a request, before any state they guard.
+    The first read takes each projection's version; every later read, in one statement, the
+    versions again and the users changed since the last read (``tracking.changes_since``). A
+    user is followed from the first request that asks for them: until their rows change, their
+    version is a token of this feed (negative, never given twice), then the sequence of the
+    change. A change to a user nobody asked for is passed over: whoever asks later reads after
+    it. Past ``max_users`` followed, the least recently asked is dropped (asked again, they
+    get a new token, so nothing read before is served). A projection whose version went back
+    (its read models rebuilt under a running recall) starts its users again.
     """
-    async with sessions() as session:
-        return await tracking.versions(session, RECALL_READS)
+
+    def __init__(self, consumers: tuple[str, ...] = RECALL_READS, max_users: int = 100_000) -> None:
+        """Follow ``consumers`` (base names: a partition's changes count as its projection's)."""
+        self._consumers = consumers
+        self._max_users = max_users
+        self._since: dict[str, int] | None = None  # per stored consumer: the last version seen
+        self._positions: OrderedDict[Owned, int] = OrderedDict()
+        self._tokens = itertools.count(-1, -1)
+        self.rows_read = 0  # user rows the feed has read (for tests and figures)
+
+    async def read(self, sessions: async_sessionmaker[AsyncSession]) -> Versions:
+        """Return the versions now: each projection's, and each user's when asked."""
+        async with sessions() as session:
+            if self._since is None:
+                rows = await tracking.version_rows(session)
+            else:
+                rows = await tracking.changes_since(session, self._since)
+        moved = self._follow(rows)
+        return Versions(wide=self._wide(rows), feed=self, moved=frozenset(moved))
+
+    def position(self, consumer: str, owner: str) -> int:
+        """Return the version of ``owner``'s rows in ``consumer``'s read models."""
+        key = (consumer, owner)
+        position = self._positions.get(key)
+        if position is None:
+            position = self._positions[key] = next(self._tokens)
+            while len(self._positions) > self._max_users:
+                self._positions.popitem(last=False)
+        else:
+            self._positions.move_to_end(key)
+        return position
+
+    def _wide(self, rows: list[tracking.VersionRow]) -> dict[str, int]:
+        found = dict.fromkeys(self._consumers, 0)
+        for consumer, owner, sequence in rows:
+            base = subjects.base_consumer(consumer)
+            if owner is None and base in found:
+                found[base] += sequence
+        return found
+
+    def _follow(self, rows: list[tracking.VersionRow]) -> set[Owned]:
+        """Take a read's rows; return the followed users (and rebuilt projections) that moved."""
+        since = self._since if self._since is not None else {}
+        moved: set[Owned] = set()
+        for consumer, owner, sequence in rows:
+            if owner is None:
+                if sequence < since.get(consumer, 0):  # rebuilt: follow its users anew
+                    moved |= self._restart(subjects.base_consumer(consumer))
+                since[consumer] = sequence
+                continue
+            self.rows_read += 1
+            key = (subjects.base_consumer(consumer), owner)
+            if key in self._positions:
+                self._positions[key] = sequence
+                moved.add(key)
+        self._since = since
+        return moved
+
+    def _restart(self, consumer: str) -> set[Owned]:
+        followed = {key for key in self._positions if key[0] == consumer}
+        for key in followed:
+            del self._positions[key]
+        return followed
+
+
+@dataclass(frozen=True)
+class Versions(Mapping[str, int]):
+    """The versions a request reads at: each projection's (``at[consumer]``), and a user's.
+
+    Without a feed (tests, tools) a user's version is the projection's.
+    """
+
+    wide: Mapping[str, int]
+    feed: VersionFeed | None = None
+    moved: frozenset[Owned] = field(default_factory=frozenset)  # users changed in this read
+
+    def __getitem__(self, consumer: str) -> int:
+        """Return ``consumer``'s version: it moves with any user's change."""
+        return self.wide[consumer]
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterate over the consumers."""
+        return iter(self.wide)
+
+    def __len__(self) -> int:
+        """Return how many consumers there are."""
+        return len(self.wide)
+
+    def of(self, consumer: str, user: User | None) -> tuple[int, str | None]:
+        """Return the version ``user``'s state is at in ``consumer``'s read models, and the
+        owner key it is filed under (None: the tenant's, or any user's, keyed on ``at``)."""
+        if user is None or user[1] is None or self.feed is None:
+            return self.wide[consumer], None
+        owner = tracking.owner_key(user[0], user[1])
+        return self.feed.position(consumer, owner), owner
 
 
 class VersionReads:
@@ -89,41 +200,22 @@ class VersionReads:
 
 
 class ReadCache:
-    """Values keyed by (consumer, key), each valid at the consumer's position it was read at."""
+    """Values keyed by (consumer, key), each valid at the position it was read at: its user's
+    version for a value of one user, else the consumer's."""
 
     def __init__(self, max_entries: int = 1_000) -> None:
         """Hold at most ``max_entries`` values, dropping the least recently used."""
         self._max_entries = max_entries
-        self._entries: OrderedDict[tuple[str, Hashable], tuple[int, Any]] = OrderedDict()
+        # slot -> (position, value, owner key or None)
+        self._entries: OrderedDict[tuple[str, Hashable], tuple[int, Any, str | None]] = (
+            OrderedDict()
+        )
+        self._owned: dict[Owned, set[tuple[str, Hashable]]] = {}  # a user's slots
         self._versions: dict[str, int] = {}  # each consumer's newest version seen
 
     def __len__(self) -> int:
         """Return how many values are held."""
         return len(self._entries)
-
-    async def read(
-        self,
-        session: AsyncSession,
-        consumer: str,
-        key: Hashable,
-        load: Callable[[AsyncSession], Awaitable[T]],
-        *,
-        position: int | None = None,
-    ) -> T:
-        """Return ``load(session)``'s value, from memory if ``consumer`` has not moved since.
-
-        ``position`` is the consumer's position when the caller read it already (before
-        anything it guards); otherwise it is read here.
-        """
-        if position is None:
-            position = (await tracking.versions(session, [consumer]))[consumer]
-        found, value = self.lookup(consumer, key, position)
-        if found:
-            held: T = value
-            return held
-        fresh = await load(session)
-        self.keep(consumer, key, position, fresh)
-        return fresh
 
     async def held(
         self,
@@ -132,34 +224,50 @@ class ReadCache:
         key: Hashable,
         load: Callable[[AsyncSession], Awaitable[T]],
         at: Versions,
+        *,
+        user: User | None = None,
     ) -> T:
-        """Return ``load``'s value at ``at[consumer]``; open a session only to load it."""
-        position = at[consumer]
+        """Return ``load``'s value at ``at``; open a session only to load it.
+
+        ``user``: whose state the value is (None, or a user id of None: more than one user's,
+        held until any change of ``consumer``).
+        """
+        position, owner = at.of(consumer, user)
         found, value = self.lookup(consumer, key, position)
         if found:
             held: T = value
             return held
         async with sessions() as session:
             fresh = await load(session)
-        self.keep(consumer, key, position, fresh)
+        self.keep(consumer, key, position, fresh, owner)
         return fresh
 
     def settle(self, at: Versions) -> int:
-        """Drop the values read before a consumer's version ``at`` names; return how many.
+        """Drop the values a newer version than theirs replaced; return how many.
 
-        Requests read versions that only grow, so no request asks for those values again.
-        Dropping them now, rather than when the least recently used go, keeps what a
-        projection has deleted (a forgotten memory, an erased user) out of this process's
-        memory once the deletion is recall's newest version.
+        A user's values go when the read ``at`` saw that user change; the others when their
+        consumer's version moved past theirs (requests read versions that only grow, so no
+        request asks for those values again). Dropping them now, rather than when the least
+        recently used go, keeps what a projection has deleted (a forgotten memory, an erased
+        user) out of this process's memory once the deletion is recall's newest version.
         """
-        moved = {c: v for c, v in at.items() if v > self._versions.get(c, 0)}
+        dropped = 0
+        for owned in at.moved:
+            for slot in self._owned.pop(owned, ()):
+                self._drop(slot)
+                dropped += 1
+        moved = {c: v for c, v in at.wide.items() if v > self._versions.get(c, 0)}
         if not moved:
-            return 0
+            return dropped
         self._versions.update(moved)
-        stale = [slot for slot, held in self._entries.items() if held[0] < moved.get(slot[0], 0)]
+        stale = [
+            slot
+            for slot, (position, _, owner) in self._entries.items()
+            if owner is None and position < moved.get(slot[0], 0)
+        ]
         for slot in stale:
-            del self._entries[slot]
-        return len(stale)
+            self._drop(slot)
+        return dropped + len(stale)
 
     def lookup(self, consumer: str, key: Hashable, position: int) -> tuple[bool, Any]:
         """Return (True, value) if a value read at ``position`` is held, else (False, None).
@@ -173,43 +281,57 @@ class ReadCache:
         self._entries.move_to_end(slot)
         return True, held[1]
 
-    def keep(self, consumer: str, key: Hashable, position: int, value: object) -> None:
-        """Hold ``value``, read at ``position`` of ``consumer`` (read that position first)."""
-        self._keep((consumer, key), position, value)
-
-    def _keep(self, slot: tuple[str, Hashable], position: int, value: object) -> None:
-        self._entries[slot] = (position, value)
-        self._entries.move_to_end(slot)
+    def keep(
+        self, consumer: str, key: Hashable, position: int, value: object, owner: str | None = None
+    ) -> None:
+        """Hold ``value``, read at ``position`` (read that position first); ``owner``: the
+        user it belongs to (``Versions.of``), None for one held on the consumer's version."""
+        slot = (consumer, key)
+        self._drop(slot)
+        self._entries[slot] = (position, value, owner)
+        if owner is not None:
+            self._owned.setdefault((consumer, owner), set()).add(slot)
         while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, slot: tuple[str, Hashable]) -> None:
+        held = self._entries.pop(slot, None)
+        if held is None or held[2] is None:
+            return
+        owned = (slot[0], held[2])
+        slots = self._owned.get(owned)
+        if slots is not None:
+            slots.discard(slot)
+            if not slots:
+                del self._owned[owned]
 
 
 class RowsByKey:
-    """Rows a projection wrote, read by key, held for every request at one of its versions.
+    """Rows a projection wrote, read by key, held for every request at one version of them.
 
-    ``at(version, scope)`` returns the map of ``scope``'s rows read at ``version``; callers add
-    what they read. A newer version empties every map (a write may have changed any row); a
-    request at an older version gets a map of its own that nobody keeps, so a row read
-    before a write is never served after it. A scope's map past ``max_rows`` starts again,
-    and so does everything past ``max_scopes`` scopes.
+    ``at(version, scope)`` returns the map of ``scope``'s rows read at ``version`` (its user's
+    version, or the projection's for a scope of many users); callers add what they read. A
+    request at another version than the held map's gets a new map in its place (a write may
+    have changed any row; a request that read its version before the write reads its rows
+    after it, so they are never older than the version they are kept at). A scope's map past
+    ``max_rows`` starts again, and so does everything past ``max_scopes`` scopes.
     """
 
     def __init__(self, max_rows: int = 20_000, max_scopes: int = 1_000) -> None:
         """Hold at most ``max_rows`` rows of a scope and ``max_scopes`` scopes."""
         self._max_rows = max_rows
         self._max_scopes = max_scopes
-        self._version = -1
-        self._maps: dict[Hashable, dict[Any, Any]] = {}
+        self._maps: dict[Hashable, tuple[int, dict[Any, Any]]] = {}
 
     def at(self, version: int, scope: Hashable) -> dict[Any, Any]:
         """Return the rows of ``scope`` held at ``version`` (a map to fill)."""
-        if version < self._version:
-            return {}
-        if version > self._version or (
-            scope not in self._maps and len(self._maps) >= self._max_scopes
-        ):
-            self._version, self._maps = version, {}
-        rows = self._maps.setdefault(scope, {})
-        if len(rows) > self._max_rows:
-            rows.clear()
+        held = self._maps.get(scope)
+        if held is not None and held[0] == version:
+            if len(held[1]) > self._max_rows:
+                held[1].clear()
+            return held[1]
+        if held is None and len(self._maps) >= self._max_scopes:
+            self._maps = {}
+        rows: dict[Any, Any] = {}
+        self._maps[scope] = (version, rows)
         return rows

@@ -617,6 +617,7 @@ class HybridRetriever:
             ("graph", owner.tenant, owner.user_id),
             lambda fresh: scope_graph(fresh, owner),
             at,
+            user=(owner.tenant, owner.user_id),
         )
 
     async def _dense(
@@ -644,7 +645,8 @@ class HybridRetriever:
     ) -> list[GraphHit]:
         held = await graph
         # The items a search reaches are read by key once per graph write, not per request.
-        known = self._graph_items.at(at[subjects.GRAPH_CONSUMER], where)
+        version, _ = at.of(subjects.GRAPH_CONSUMER, (where.tenant, where.user_id))
+        known = self._graph_items.at(version, where)
         async with self._sessions() as session:
             return await graph_search(session, query, where, limit, held, known=known)
 

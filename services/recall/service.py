@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.recall.admission import Admission, DeadlinePassed
-from memoryd.services.recall.cache import ReadCache, VersionReads, Versions, read_versions
+from memoryd.services.recall.cache import ReadCache, VersionFeed, VersionReads, Versions
 from memoryd.services.recall.hybrid import HybridRetriever, assemble
 from memoryd.services.recall.tenancy import tenant_refusal
 from memoryd.services.recall.tiers import TierRecall
@@ -31,6 +31,7 @@ from memoryd.shared.contracts.recall import (
     RecallResponse,
     RetrievedItem,
 )
+from memoryd.shared.contracts.scope import SearchScope
 from memoryd.shared.domain.memories import keyword_score
 from memoryd.shared.settings import Settings
 from memoryd.shared.stores import memories as memories_store
@@ -103,12 +104,13 @@ class RecallService:
     record: RecordVisit
     admission: Admission = field(default_factory=lambda: Admission.from_settings(Settings()))
     cache: ReadCache = field(default_factory=ReadCache)
+    feed: VersionFeed = field(default_factory=VersionFeed)
     versions: VersionReads = field(init=False)
 
     def __post_init__(self) -> None:
         """Share the versions read among the requests that arrive together."""
-        sessions = self.sessions
-        object.__setattr__(self, "versions", VersionReads(lambda: read_versions(sessions)))
+        sessions, feed = self.sessions, self.feed
+        object.__setattr__(self, "versions", VersionReads(lambda: feed.read(sessions)))
 
     async def handle(self, subject: str, body: bytes) -> bytes:
         """Decode a request received on ``subject``, answer it, and encode the reply.
@@ -171,6 +173,10 @@ class RecallService:
         self, request: RecallRequest, now: datetime, at: Versions
     ) -> tuple[list[PageItem], list[dict[str, Any]]]:
         scope, wide = request.scope, request.search_scope
+        # A tenant-wide search reads every user's memories: held until any of them changes.
+        # The conversation is always the caller's own.
+        user = (scope.tenant, scope.user_id)
+        memory_owner = (scope.tenant, None) if wide is SearchScope.GLOBAL else user
         pages: list[PageItem] = []
         if request.include_pages:
             pages = await self.cache.held(
@@ -179,6 +185,7 @@ class RecallService:
                 ("conversation", scope, wide),
                 lambda session: stm_store.conversation_pages(session, scope, wide),
                 at,
+                user=user,
             )
         rows = await self.cache.held(
             self.sessions,
@@ -186,6 +193,7 @@ class RecallService:
             ("memories", scope, wide),
             lambda session: memories_store.in_scope(session, scope, wide),
             at,
+            user=memory_owner,
         )
         return pages, memories_store.unexpired(rows, now)
 

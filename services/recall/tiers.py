@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import ReadCache, Versions
+from memoryd.services.recall.cache import ReadCache, User, Versions
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
@@ -346,7 +346,8 @@ class TierRecall:
 
         ``at`` holds the versions of the read models, read before this request read any.
         """
-        pages = await self._with_chains(sessions, response.pages, at)
+        user = (request.scope.tenant, request.scope.user_id)
+        pages = await self._with_chains(sessions, response.pages, at, user)
         found = await self._find(sessions, request, at)
         remaining = max(0, request.max_tokens - response.tokens)
         context, block, tokens = render_tiers(self._context(found, now), remaining)
@@ -354,9 +355,14 @@ class TierRecall:
         return enriched, visit_of(found.top, request.scope, now)
 
     async def _with_chains(
-        self, sessions: async_sessionmaker[AsyncSession], pages: list[PageItem], at: Versions
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        pages: list[PageItem],
+        at: Versions,
+        user: User,
     ) -> list[PageItem]:
-        """Return the STM pages with their chains' summaries, read once per chain write."""
+        """Return the STM pages (``user``'s) with their chains' summaries, read once per
+        write of the user's chains."""
         if not pages:
             return pages
         turn_ids = tuple(page.turn_id for page in pages)
@@ -366,6 +372,7 @@ class TierRecall:
             ("chains", turn_ids),
             lambda session: chain_store.meta_chains(session, turn_ids),
             at,
+            user=user,
         )
         return with_meta_chains(pages, chains)
 
@@ -376,7 +383,8 @@ class TierRecall:
         segments, persona = await self._state(sessions, request.scope, at)
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
-        pages = await self._pages(sessions, [entry.item.id for entry in top], at[MTM])
+        position, owner = at.of(MTM, (request.scope.tenant, request.scope.user_id))
+        pages = await self._pages(sessions, [entry.item.id for entry in top], position, owner)
         return _Found(query_vec, top, pages, persona)
 
     async def _pages(
@@ -384,8 +392,10 @@ class TierRecall:
         sessions: async_sessionmaker[AsyncSession],
         segment_ids: Sequence[str],
         position: int,
+        owner: str | None,
     ) -> list[_Page]:
-        """Return the segments' pages, each segment's decoded once per MTM write."""
+        """Return the segments' pages (of the user ``owner`` names, at their MTM version
+        ``position``), each segment's decoded once per write of the user's segments."""
         held: dict[str, list[_Page]] = {}
         missing = []
         for segment_id in segment_ids:
@@ -398,7 +408,7 @@ class TierRecall:
             async with sessions() as session:
                 loaded = await load_pages(session, missing)
             for segment_id, pages in _by_segment(loaded).items():
-                self._cache.keep(MTM, ("pages", segment_id), position, pages)
+                self._cache.keep(MTM, ("pages", segment_id), position, pages, owner)
                 held[segment_id] = pages
         return [page for segment_id in segment_ids for page in held.get(segment_id, [])]
 
@@ -408,10 +418,10 @@ class TierRecall:
         """Return the user's segments and persona, read and arranged once per tier write."""
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.held(
-            sessions, MTM, ("segments", user), lambda fresh: _segment_index(fresh, user), at
+            sessions, MTM, ("segments", user), lambda s: _segment_index(s, user), at, user=user
         )
         persona = await self._cache.held(
-            sessions, PERSONA, ("persona", user), lambda fresh: _persona_view(fresh, user), at
+            sessions, PERSONA, ("persona", user), lambda s: _persona_view(s, user), at, user=user
         )
         return segments, persona
 

@@ -209,7 +209,9 @@ async def _apply_once(
             async with pipelined() if pipelining else contextlib.nullcontext():
                 with held.opened(holding) if held and holding else contextlib.nullcontext():
                     effects = await projection.apply(session, admitted, live)
-            await tracking.changed(session, projection.consumer, last)
+            scopes = (i.event.scope for i in admitted)
+            owners = (tracking.owner_key(scope.tenant, scope.user_id) for scope in scopes)
+            await tracking.changed(session, projection.consumer, last, owners)
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
         await tracking.advance(session, projection.consumer, last)

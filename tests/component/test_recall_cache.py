@@ -1,22 +1,28 @@
-"""Recall's read cache on SQLite: state is read again exactly when its writer changed it."""
+"""Recall's read cache on SQLite: state is read again exactly when its writer changed it, a
+user's state when their own rows changed."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.memories.projection import MemoriesProjection
 from memoryd.services.recall.cache import (
     ReadCache,
     RowsByKey,
+    VersionFeed,
     VersionReads,
     Versions,
-    read_versions,
 )
 from memoryd.services.runtime.projection import Positioned, apply_once
+from memoryd.shared import subjects
 from memoryd.shared.adapters.sql import tracking
+from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.adapters.sql.schema import create_schema, drop_read_models
+from memoryd.shared.adapters.sql.tables import memories
 from memoryd.shared.contracts.events import Category, MemoryRemembered, TurnRecorded
 from memoryd.shared.contracts.scope import Scope, SearchScope
 from memoryd.shared.stores import memories as memories_store
@@ -25,80 +31,176 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SCOPE = Scope(tenant="acme", user_id="anna")
 
 
-async def test_state_is_loaded_again_only_after_its_consumer_changes_it(
+def remembered(user: str, content: str) -> MemoryRemembered:
+    """Return a lasting memory of ``user`` (tenant acme)."""
+    return MemoryRemembered(
+        occurred_at=T0, scope=Scope(tenant="acme", user_id=user), content=content
+    )
+
+
+class Recall:
+    """What recall does with its cache: read the versions, settle, then a user's memories."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], cache: ReadCache) -> None:
+        self.sessions, self.cache, self.feed = sessions, cache, VersionFeed()
+        self.loads: list[str] = []
+
+    async def memories(self, user: str, wide: SearchScope = SearchScope.USER) -> list[str]:
+        """Return ``user``'s memories as recall holds them (loading when it must)."""
+        at = await self.feed.read(self.sessions)
+        self.cache.settle(at)
+        scope = Scope(tenant="acme", user_id=user)
+        owner = (scope.tenant, None if wide is SearchScope.GLOBAL else user)
+
+        async def load(session: AsyncSession) -> list[dict[str, object]]:
+            self.loads.append(user)
+            return await memories_store.in_scope(session, scope, wide)
+
+        rows = await self.cache.held(
+            self.sessions, MEMORIES, ("memories", scope, wide), load, at, user=owner
+        )
+        return sorted(str(row["content"]) for row in rows)
+
+
+MEMORIES = MemoriesProjection.consumer
+
+
+async def test_a_users_state_is_loaded_again_after_their_change_not_another_users(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    """Two reads at one version load once; a change by the consumer loads again."""
-    cache = ReadCache()
-    loads: list[int] = []
+    """Bob's writes leave Anna's held memories standing; Anna's own write reloads them."""
+    projection, recall = MemoriesProjection(daily_ttl_days=1), Recall(sessions, ReadCache())
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "likes tea"), 1)], None)
 
-    async def load(session: AsyncSession) -> int:
-        loads.append(1)
-        return len(loads)
+    first = await recall.memories("anna")
+    await apply_once(sessions, projection, [Positioned(remembered("bob", "likes chess"), 2)], None)
+    after_bob = await recall.memories("anna")
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "has a cat"), 3)], None)
+    after_anna = await recall.memories("anna")
 
-    async with sessions() as session:
-        first = await cache.read(session, "memoryd-mtm", "anna", load)
-        second = await cache.read(session, "memoryd-mtm", "anna", load)
-    async with sessions() as session, session.begin():
-        await tracking.advance(session, "memoryd-mtm", 7)
-        await tracking.changed(session, "memoryd-mtm", 7)
-    async with sessions() as session:
-        third = await cache.read(session, "memoryd-mtm", "anna", load)
-        other_writer = await cache.read(session, "memoryd-graph", "anna", load)
-
-    assert (1, 1, 2, 3) == (first, second, third, other_writer)
+    assert ["likes tea"] == first == after_bob
+    assert ["has a cat", "likes tea"] == after_anna
+    assert ["anna", "anna"] == recall.loads
 
 
-async def test_a_consumer_that_moved_past_events_it_does_not_fold_keeps_the_cached_state(
+async def test_a_tenant_wide_value_is_loaded_again_after_any_users_change(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    """Recall traffic (events the graph does not fold) moves the position, not the version."""
-    cache = ReadCache()
-    loads: list[int] = []
+    """A global search reads every user's memories: Bob's write reloads Anna's global view."""
+    projection, recall = MemoriesProjection(daily_ttl_days=1), Recall(sessions, ReadCache())
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "likes tea"), 1)], None)
 
-    async def load(session: AsyncSession) -> int:
-        loads.append(1)
-        return len(loads)
+    first = await recall.memories("anna", SearchScope.GLOBAL)
+    await apply_once(sessions, projection, [Positioned(remembered("bob", "likes chess"), 2)], None)
+    after_bob = await recall.memories("anna", SearchScope.GLOBAL)
 
-    async with sessions() as session, session.begin():
-        await tracking.advance(session, "memoryd-graph", 3)
-        await tracking.changed(session, "memoryd-graph", 3)
-    async with sessions() as session:
-        first = await cache.read(session, "memoryd-graph", "anna", load)
-    async with sessions() as session, session.begin():
-        await tracking.advance(session, "memoryd-graph", 90)
-    async with sessions() as session:
-        second = await cache.read(session, "memoryd-graph", "anna", load)
-
-    assert (1, 1) == (first, second)
+    assert ["likes tea"] == first
+    assert ["likes chess", "likes tea"] == after_bob
 
 
-async def test_the_least_recently_used_value_is_dropped_over_capacity(
+async def test_a_change_drops_the_users_held_values_at_the_next_read(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
+    """What a write replaced (a forgotten memory, an erased user) leaves recall's memory
+    with the next versions read, though nobody asks for that user again."""
+    projection, cache = MemoriesProjection(daily_ttl_days=1), ReadCache()
+    recall = Recall(sessions, cache)
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "likes tea"), 1)], None)
+    await apply_once(sessions, projection, [Positioned(remembered("bob", "likes chess"), 2)], None)
+    await recall.memories("anna")
+    await recall.memories("bob")
+    held = len(cache)
+
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "has a cat"), 3)], None)
+    cache.settle(await recall.feed.read(sessions))
+
+    assert (2, 1) == (held, len(cache))
+
+
+async def test_a_read_after_the_first_asks_only_for_the_users_changed_since(
+    database_url: str,
+) -> None:
+    """On SQLite and PostgreSQL: the feed reads no user row it read before."""
+    engine = create_engine(database_url)
+    await drop_read_models(engine)
+    await create_schema(engine)
+    sessions = session_factory(engine)
+    try:
+        projection, feed = MemoriesProjection(daily_ttl_days=1), VersionFeed()
+        anna: list[int] = []  # Anna's version after each read
+        await apply_once(sessions, projection, [Positioned(remembered("anna", "tea"), 1)], None)
+        wide = [(await feed.read(sessions))[MEMORIES]]
+        anna.append(feed.position(MEMORIES, tracking.owner_key("acme", "anna")))
+        for user, content, sequence in (("bob", "chess", 2), ("anna", "cat", 3), (None, "", 0)):
+            if user is not None:
+                memory = Positioned(remembered(user, content), sequence)
+                await apply_once(sessions, projection, [memory], None)
+            wide.append((await feed.read(sessions))[MEMORIES])
+            anna.append(feed.position(MEMORIES, tracking.owner_key("acme", "anna")))
+    finally:
+        await engine.dispose()
+
+    assert [1, 2, 3, 3] == wide
+    assert anna[0] == anna[1] != anna[2] == anna[3] == 3
+    assert 2 == feed.rows_read  # bob's row once, anna's second row once
+
+
+async def test_a_rebuilt_projection_starts_its_users_again(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Read models dropped and folded again under a running recall are read again."""
+    projection, recall = MemoriesProjection(daily_ttl_days=1), Recall(sessions, ReadCache())
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "likes tea"), 5)], None)
+    before = await recall.memories("anna")
+    async with sessions() as session, session.begin():
+        await tracking.forget(session, [MEMORIES])
+        await session.execute(delete(memories))
+    await apply_once(sessions, projection, [Positioned(remembered("anna", "has a cat"), 1)], None)
+    after = await recall.memories("anna")
+
+    assert (["likes tea"], ["has a cat"]) == (before, after)
+
+
+async def test_a_partitions_changes_are_its_projections(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A user's rows written through a partition's consumer move the user's version."""
+    feed = VersionFeed()
+    partition = subjects.partition_consumer(MEMORIES, 3)
+    anna = tracking.owner_key("acme", "anna")
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, partition, 4, [anna])
+    first = await feed.read(sessions)
+    held = first.of(MEMORIES, ("acme", "anna"))
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, partition, 9, [anna])
+    second = await feed.read(sessions)
+
+    assert (4, 9) == (first[MEMORIES], second[MEMORIES])
+    assert (9, anna) == second.of(MEMORIES, ("acme", "anna")) != held
+
+
+def test_a_user_dropped_past_the_bound_is_followed_anew() -> None:
+    """Asked again after the feed let them go, a user's version is new: nothing held for
+    them before is served."""
+    feed = VersionFeed(max_users=2)
+    anna = feed.position(MEMORIES, "anna")
+    feed.position(MEMORIES, "bob")
+    feed.position(MEMORIES, "carl")
+
+    assert anna != feed.position(MEMORIES, "anna")
+    assert feed.position(MEMORIES, "carl") == feed.position(MEMORIES, "carl")
+
+
+async def test_the_least_recently_used_value_is_dropped_over_capacity() -> None:
     """A bounded cache keeps the values used last."""
     cache = ReadCache(max_entries=2)
-
-    async def load(session: AsyncSession) -> str:
-        return "state"
-
-    async with sessions() as session:
-        for user in ("anna", "bob", "anna", "carl"):
-            await cache.read(session, "memoryd-mtm", user, load)
+    for user in ("anna", "bob", "anna", "carl"):
+        cache.keep(MEMORIES, user, 1, "state", owner=user)
 
     assert 2 == len(cache)
-
-
-async def test_versions_are_read_in_one_query_zero_for_a_consumer_without_one(
-    sessions: async_sessionmaker[AsyncSession],
-) -> None:
-    """The tiers read their writers' versions together; an unknown consumer is at 0."""
-    async with sessions() as session, session.begin():
-        await tracking.changed(session, "memoryd-mtm", 7)
-    async with sessions() as session:
-        found = await tracking.versions(session, ("memoryd-mtm", "memoryd-persona"))
-
-    assert {"memoryd-mtm": 7, "memoryd-persona": 0} == found
+    assert (True, "state") == cache.lookup(MEMORIES, "carl", 1)
+    assert (False, None) == cache.lookup(MEMORIES, "bob", 1)
 
 
 async def test_a_request_arriving_after_a_commit_sees_it_though_a_read_before_it_runs(
@@ -108,7 +210,7 @@ async def test_a_request_arriving_after_a_commit_sees_it_though_a_read_before_it
     selected, release = asyncio.Event(), asyncio.Event()
 
     async def read() -> Versions:
-        found = await read_versions(sessions)
+        found = await VersionFeed().read(sessions)
         selected.set()
         await release.wait()
         return found
@@ -154,14 +256,15 @@ async def test_a_batch_moves_the_version_only_when_the_projection_folds_one_of_i
     async with sessions() as session:
         after_memory = (await tracking.positions(session, consumers), await versions(session))
 
-    assert ({projection.consumer: 1}, 0) == after_turn
-    assert ({projection.consumer: 2}, 2) == after_memory
+    anna = tracking.owner_key("acme", "anna")
+    assert ({projection.consumer: 1}, {}) == after_turn
+    assert ({projection.consumer: 2}, {None: 2, anna: 2}) == after_memory
 
 
-async def versions(session: AsyncSession) -> int:
-    """Return the memories projection's version."""
-    found = await tracking.versions(session, [MemoriesProjection.consumer])
-    return found[MemoriesProjection.consumer]
+async def versions(session: AsyncSession) -> dict[str | None, int]:
+    """Return the memories projection's version (None) and each of its users' versions."""
+    changes = await tracking.changes_since(session, {})
+    return {owner: sequence for consumer, owner, sequence in changes if consumer == MEMORIES}
 
 
 async def test_a_value_held_at_the_requests_version_opens_no_session(
@@ -179,9 +282,9 @@ async def test_a_value_held_at_the_requests_version_opens_no_session(
         return f"state {len(opened)}"
 
     reader = cast(async_sessionmaker[AsyncSession], counted)
-    first = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 4})
-    again = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 4})
-    newer = await cache.held(reader, "memoryd-stm", "anna", load, {"memoryd-stm": 5})
+    first = await cache.held(reader, "memoryd-stm", "anna", load, Versions({"memoryd-stm": 4}))
+    again = await cache.held(reader, "memoryd-stm", "anna", load, Versions({"memoryd-stm": 4}))
+    newer = await cache.held(reader, "memoryd-stm", "anna", load, Versions({"memoryd-stm": 5}))
 
     assert ("state 1", "state 1", "state 2") == (first, again, newer)
     assert 2 == len(opened)
@@ -199,7 +302,7 @@ async def test_a_daily_memory_held_by_recall_leaves_it_when_its_lifetime_ends(
     await apply_once(sessions, projection, [Positioned(daily, 1), Positioned(lasting, 2)], None)
     cache = ReadCache()
     async with sessions() as session:
-        at = await tracking.versions(session, [projection.consumer])
+        at = Versions({projection.consumer: (await versions(session))[None]})
 
     async def held() -> list[str]:
         rows = await cache.held(
@@ -227,13 +330,13 @@ def test_values_read_before_a_newer_version_leave_memory_once_it_is_seen() -> No
     cache.keep("memoryd-stm", "anna", 5, "anna's pages")
     cache.keep("memoryd-graph", "erased-user", 2, "their graph")
 
-    dropped = cache.settle({"memoryd-stm": 5, "memoryd-graph": 2})
+    dropped = cache.settle(Versions({"memoryd-stm": 5, "memoryd-graph": 2}))
 
     assert 1 == dropped
     assert (False, None) == cache.lookup("memoryd-stm", "erased-user", 3)
     assert (True, "anna's pages") == cache.lookup("memoryd-stm", "anna", 5)
     assert (True, "their graph") == cache.lookup("memoryd-graph", "erased-user", 2)
-    assert 0 == cache.settle({"memoryd-stm": 5, "memoryd-graph": 2})
+    assert 0 == cache.settle(Versions({"memoryd-stm": 5, "memoryd-graph": 2}))
 
 
 def test_rows_read_by_key_are_held_until_their_projection_writes_again() -> None:

@@ -50,6 +50,20 @@ read_model_versions = Table(
     Column("sequence", BigInteger, nullable=False),
 )
 
+# (consumer, owner) -> the last stream sequence whose batch changed that user's rows, written
+# with ``read_model_versions``; ``owner`` is a digest of the tenant and user id (the row names
+# nobody, so erasure leaves it). A reader that caches one user's state keys it on this: other
+# users' writes leave it standing. Readers follow it by sequence (what changed since they last
+# looked), so it is indexed that way.
+user_versions = Table(
+    "user_versions",
+    metadata,
+    Column("consumer", String(64), primary_key=True),
+    Column("owner", String(32), primary_key=True),
+    Column("sequence", BigInteger, nullable=False),
+    Index("user_versions_by_sequence", "consumer", "sequence"),
+)
+
 # consumer -> every event id it applied, where, and a digest of the content: an event id met
 # again later in the log is a duplicate (same digest: skipped) or a conflict (dead-lettered);
 # the first occurrence wins in every projection. Written in the change's transaction.

@@ -3,18 +3,25 @@
 A projection's position moves with every batch it handles (its consumer reads the event
 types it folds, the gate consumer every event); its version (the sequence of its last batch
 that changed its read models) moves only with a change, so a reader's cache outlives the
-log's unrelated traffic.
+log's unrelated traffic. Each user's version moves only with a change to that user's rows,
+so a reader's cache of one user outlives every other user's writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
-from sqlalchemy import delete, select
+from sqlalchemy import and_, delete, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memoryd.shared import subjects
-from memoryd.shared.adapters.sql.tables import log_identity, read_model_versions, tracking
+from memoryd.shared.adapters.sql.tables import (
+    log_identity,
+    read_model_versions,
+    tracking,
+    user_versions,
+)
 from memoryd.shared.adapters.sql.upsert import upsert
 
 
@@ -50,25 +57,48 @@ async def advance(session: AsyncSession, consumer: str, sequence: int) -> None:
     await upsert(session, tracking, [{"consumer": consumer, "position": sequence}], ["consumer"])
 
 
-async def changed(session: AsyncSession, consumer: str, sequence: int) -> None:
-    """Record that ``consumer``'s read models changed at ``sequence`` (same transaction)."""
+@lru_cache(maxsize=65_536)
+def owner_key(tenant: str, user_id: str) -> str:
+    """Return the digest ``user_versions`` files a user's version under (32 hex digits)."""
+    return hashlib.blake2b(f"{tenant}\0{user_id}".encode(), digest_size=16).hexdigest()
+
+
+async def changed(
+    session: AsyncSession, consumer: str, sequence: int, owners: Iterable[str] = ()
+) -> None:
+    """Record that ``consumer``'s read models changed at ``sequence`` (same transaction),
+    the rows of the users ``owners`` names (``owner_key``) among them."""
     row = {"consumer": consumer, "sequence": sequence}
     await upsert(session, read_model_versions, [row], ["consumer"])
+    users = [{"consumer": consumer, "owner": o, "sequence": sequence} for o in sorted(set(owners))]
+    await upsert(session, user_versions, users, ["consumer", "owner"])
 
 
-async def versions(session: AsyncSession, consumers: Sequence[str]) -> dict[str, int]:
-    """Return a version of each projection's read models, in one query (0: never changed).
+# A row of ``version_rows`` / ``changes_since``: (consumer, owner or None, sequence).
+VersionRow = tuple[str, str | None, int]
 
-    A projection of a partitioned log changes through each partition's consumer: its version
-    is the sum of theirs, which moves whenever any of them moves (each only grows).
-    """
+
+async def version_rows(session: AsyncSession) -> list[VersionRow]:
+    """Return each consumer's version, one row per consumer (owner None), as stored."""
     c = read_model_versions.c
     rows = await session.execute(select(c.consumer, c.sequence))
-    found = dict.fromkeys(consumers, 0)
-    for consumer, sequence in rows:
-        for name in {consumer, subjects.base_consumer(consumer)} & found.keys():
-            found[name] += int(sequence)
-    return found
+    return [(consumer, None, int(sequence)) for consumer, sequence in rows]
+
+
+async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list[VersionRow]:
+    """Return each consumer's version (owner None) and, in the same statement, each user it
+    changed after ``since[consumer]``; every user of a consumer ``since`` does not name.
+
+    One consumer's batches commit one after the other in sequence order (its tracking row is
+    locked), so a reader that asks from the last version it saw misses no user.
+    """
+    u, v = user_versions.c, read_model_versions.c
+    after = [and_(u.consumer == name, u.sequence > sequence) for name, sequence in since.items()]
+    unfollowed = u.consumer.not_in(list(since))
+    users = select(u.consumer, u.owner, u.sequence).where(or_(*after, unfollowed))
+    consumers = select(v.consumer, literal(None, user_versions.c.owner.type), v.sequence)
+    rows = await session.execute(consumers.union_all(users))
+    return [(consumer, owner, int(sequence)) for consumer, owner, sequence in rows]
 
 
 async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
@@ -76,6 +106,7 @@ async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
     await session.execute(delete(tracking).where(tracking.c.consumer.in_(consumers)))
     c = read_model_versions.c
     await session.execute(delete(read_model_versions).where(c.consumer.in_(consumers)))
+    await session.execute(delete(user_versions).where(user_versions.c.consumer.in_(consumers)))
 
 
 async def folded_log(session: AsyncSession, stream: str) -> str | None:
