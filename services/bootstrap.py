@@ -595,7 +595,8 @@ def recall_service(
     retriever = HybridRetriever(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
-    tiers = TierRecall(retrieval.query_embedder, memoryos_params(settings), cache)
+    params = memoryos_params(settings)
+    tiers = TierRecall(retrieval.query_embedder, params, cache, settings.recall_decoded_segments)
     admission = Admission.from_settings(settings)
     return RecallService(readers, retriever, tiers, record, admission, cache)
 

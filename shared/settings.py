@@ -162,6 +162,9 @@ class Settings(BaseSettings):
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)
     # Users whose segments, persona and entity counts recall keeps decoded between writes.
     recall_cache_entries: int = Field(default=1_000, ge=1)
+    # Segments (all users') recall keeps decoded beside their stored text, so a user's reload
+    # after a write decodes only the segments the write changed (~3.5 KB each).
+    recall_decoded_segments: int = Field(default=20_000, ge=1)
     # Recall requests one service process answers at once (each mostly waits on I/O), and
     # how many more may wait for a worker; past both, a request is refused ``overloaded``.
     recall_concurrency: int = Field(default=16, ge=1)

@@ -19,11 +19,12 @@ since the last one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -76,8 +77,8 @@ class VersionFeed:
                 rows = await tracking.version_rows(session)
             else:
                 rows = await tracking.changes_since(session, self._since)
-        moved = self._follow(rows)
-        return Versions(wide=self._wide(rows), feed=self, moved=frozenset(moved))
+        moved, erased = self._follow(rows)
+        return Versions(self._wide(rows), self, frozenset(moved), frozenset(erased))
 
     def position(self, consumer: str, owner: str) -> int:
         """Return the version of ``owner``'s rows in ``consumer``'s read models."""
@@ -93,29 +94,33 @@ class VersionFeed:
 
     def _wide(self, rows: list[tracking.VersionRow]) -> dict[str, int]:
         found = dict.fromkeys(self._consumers, 0)
-        for consumer, owner, sequence in rows:
-            base = subjects.base_consumer(consumer)
-            if owner is None and base in found:
-                found[base] += sequence
+        for row in rows:
+            base = subjects.base_consumer(row.consumer)
+            if row.owner is None and base in found:
+                found[base] += row.sequence
         return found
 
-    def _follow(self, rows: list[tracking.VersionRow]) -> set[Owned]:
-        """Take a read's rows; return the followed users (and rebuilt projections) that moved."""
+    def _follow(self, rows: list[tracking.VersionRow]) -> tuple[set[Owned], set[str]]:
+        """Take a read's rows; return the followed users (and rebuilt projections' users) that
+        moved, and every user erased (followed or not)."""
         since = self._since if self._since is not None else {}
         moved: set[Owned] = set()
-        for consumer, owner, sequence in rows:
+        erased: set[str] = set()
+        for consumer, owner, sequence, was_erased in rows:
             if owner is None:
                 if sequence < since.get(consumer, 0):  # rebuilt: follow its users anew
                     moved |= self._restart(subjects.base_consumer(consumer))
                 since[consumer] = sequence
                 continue
             self.rows_read += 1
+            if was_erased:
+                erased.add(owner)
             key = (subjects.base_consumer(consumer), owner)
             if key in self._positions:
                 self._positions[key] = sequence
                 moved.add(key)
         self._since = since
-        return moved
+        return moved, erased
 
     def _restart(self, consumer: str) -> set[Owned]:
         followed = {key for key in self._positions if key[0] == consumer}
@@ -134,6 +139,7 @@ class Versions(Mapping[str, int]):
     wide: Mapping[str, int]
     feed: VersionFeed | None = None
     moved: frozenset[Owned] = field(default_factory=frozenset)  # users changed in this read
+    erased: frozenset[str] = field(default_factory=frozenset)  # owner keys erased since the last
 
     def __getitem__(self, consumer: str) -> int:
         """Return ``consumer``'s version: it moves with any user's change."""
@@ -199,6 +205,52 @@ class VersionReads:
                 future.exception()  # retrieved: the waiters raise it, nobody logs it twice
 
 
+class DecodedRows(Generic[T]):
+    """Stored texts decoded once per text, grouped by owner: a reload decodes what changed.
+
+    A user's segments are rows of canonical JSON, and a write (a page filed, recall's visits
+    counted) changes a few of them: ``values(owner, rows)`` decodes a row only when its text
+    differs from the one decoded before under its key (compared by digest) and keeps exactly
+    the rows given, so a deleted row leaves. Past ``max_rows`` rows in all, the owners asked
+    least recently go; ``forget`` drops an owner (an erased user) at once.
+    """
+
+    def __init__(self, decode: Callable[[str], T], max_rows: int = 20_000) -> None:
+        """Decode with ``decode``; hold at most ``max_rows`` rows (one owner's, at least)."""
+        self._decode = decode
+        self._max_rows = max_rows
+        self._owners: OrderedDict[str, dict[Hashable, tuple[bytes, T]]] = OrderedDict()
+        self._rows = 0
+        self.decoded = 0  # texts decoded (for tests and figures)
+
+    def __len__(self) -> int:
+        """Return how many rows are held, of every owner."""
+        return self._rows
+
+    def values(self, owner: str, rows: Iterable[tuple[Hashable, str]]) -> list[T]:
+        """Return the decoded values of ``owner``'s rows ((key, text) pairs), in order."""
+        before = self._owners.pop(owner, {})
+        self._rows -= len(before)
+        now: dict[Hashable, tuple[bytes, T]] = {}
+        for key, text in rows:
+            digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+            held = before.get(key)
+            if held is None or held[0] != digest:
+                held = (digest, self._decode(text))
+                self.decoded += 1
+            now[key] = held
+        self._owners[owner] = now
+        self._rows += len(now)
+        while self._rows > self._max_rows and len(self._owners) > 1:
+            self._rows -= len(self._owners.popitem(last=False)[1])
+        return [value for _, value in now.values()]
+
+    def forget(self, owners: Iterable[str]) -> None:
+        """Drop what is held of ``owners``."""
+        for owner in owners:
+            self._rows -= len(self._owners.pop(owner, {}))
+
+
 class ReadCache:
     """Values keyed by (consumer, key), each valid at the position it was read at: its user's
     version for a value of one user, else the consumer's."""
@@ -252,7 +304,10 @@ class ReadCache:
         user) out of this process's memory once the deletion is recall's newest version.
         """
         dropped = 0
-        for owned in at.moved:
+        gone = set(at.moved)
+        if at.erased:  # what is held of an erased user, whichever version it was read at
+            gone |= {owned for owned in self._owned if owned[1] in at.erased}
+        for owned in gone:
             for slot in self._owned.pop(owned, ()):
                 self._drop(slot)
                 dropped += 1

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import ReadCache, User, Versions
+from memoryd.services.recall.cache import DecodedRows, ReadCache, User, Versions
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
+from memoryd.shared.adapters.sql import tracking
 from memoryd.shared.contracts.memoryos import SegmentsVisited
 from memoryd.shared.contracts.recall import (
     FactItem,
@@ -316,10 +317,6 @@ async def _persona_view(session: AsyncSession, user: tuple[str, str]) -> Persona
     return PersonaView.of(persona, await load_provenance(session, persona_sources(persona)))
 
 
-async def _segment_index(session: AsyncSession, user: tuple[str, str]) -> SegmentIndex:
-    return SegmentIndex.of(await mtm_store.load_segments(session, *user))
-
-
 MTM, PERSONA, CHAIN = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER, subjects.CHAIN_CONSUMER
 
 
@@ -327,12 +324,28 @@ class TierRecall:
     """Answer the MemoryOS part of a recall from the tier read models."""
 
     def __init__(
-        self, embedder: Embedder, params: MemoryOsParams, cache: ReadCache | None = None
+        self,
+        embedder: Embedder,
+        params: MemoryOsParams,
+        cache: ReadCache | None = None,
+        decoded_segments: int = 20_000,
     ) -> None:
         self._embedder = embedder
         self._params = params
         self._cache = cache or ReadCache()
+        # A user's write changes a few of their segments: a reload decodes only those.
+        self._segments = DecodedRows(Segment.from_json, decoded_segments)
         self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
+
+    @property
+    def segments_decoded(self) -> int:
+        """Return how many stored segments recall has decoded (for tests and figures)."""
+        return self._segments.decoded
+
+    @property
+    def segments_held(self) -> int:
+        """Return how many decoded segments recall holds beside their stored text."""
+        return len(self._segments)
 
     async def enrich(
         self,
@@ -346,6 +359,7 @@ class TierRecall:
 
         ``at`` holds the versions of the read models, read before this request read any.
         """
+        self._segments.forget(at.erased)
         user = (request.scope.tenant, request.scope.user_id)
         pages = await self._with_chains(sessions, response.pages, at, user)
         found = await self._find(sessions, request, at)
@@ -418,12 +432,16 @@ class TierRecall:
         """Return the user's segments and persona, read and arranged once per tier write."""
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.held(
-            sessions, MTM, ("segments", user), lambda s: _segment_index(s, user), at, user=user
+            sessions, MTM, ("segments", user), lambda s: self._segment_index(s, user), at, user=user
         )
         persona = await self._cache.held(
             sessions, PERSONA, ("persona", user), lambda s: _persona_view(s, user), at, user=user
         )
         return segments, persona
+
+    async def _segment_index(self, session: AsyncSession, user: tuple[str, str]) -> SegmentIndex:
+        states = await mtm_store.segment_states(session, *user)
+        return SegmentIndex.of(self._segments.values(tracking.owner_key(*user), states))
 
     async def _query_vector(
         self, query: str, segments: SegmentIndex, persona: PersonaView

@@ -37,7 +37,7 @@ from memoryd.shared.adapters.outages import is_outage
 from memoryd.shared.adapters.sql import ledger, tracking
 from memoryd.shared.contracts.catalog import EVENT_TYPES, AnyEvent, decode_event
 from memoryd.shared.contracts.errors import describe_validation_error
-from memoryd.shared.contracts.events import Event, type_name
+from memoryd.shared.contracts.events import Event, UserErased, type_name
 from memoryd.shared.contracts.notifications import MemoryUpdated
 
 log = structlog.get_logger(__name__)
@@ -209,15 +209,23 @@ async def _apply_once(
             async with pipelined() if pipelining else contextlib.nullcontext():
                 with held.opened(holding) if held and holding else contextlib.nullcontext():
                     effects = await projection.apply(session, admitted, live)
-            scopes = (i.event.scope for i in admitted)
-            owners = (tracking.owner_key(scope.tenant, scope.user_id) for scope in scopes)
-            await tracking.changed(session, projection.consumer, last, owners)
+            await tracking.changed(session, projection.consumer, last, users_changed(admitted))
         if publisher is not None and effects.derived:
             await publisher.publish_many(effects.derived)
         await tracking.advance(session, projection.consumer, last)
     if held is not None and holding is not None:
         held.commit(holding, last)  # committed: what the batch staged is the read models' now
     return effects
+
+
+def users_changed(admitted: Sequence[Positioned]) -> dict[str, bool]:
+    """Return the owner key of each user a batch's events belong to, and whether the batch
+    erased them (holds a ``user.erased`` of theirs)."""
+    changed: dict[str, bool] = {}
+    for item in admitted:
+        key = tracking.owner_key(item.event.scope.tenant, item.event.scope.user_id)
+        changed[key] = changed.get(key, False) or isinstance(item.event, UserErased)
+    return changed
 
 
 async def _admit(

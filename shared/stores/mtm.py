@@ -18,12 +18,16 @@ TABLES = (mtm_segments, mtm_pages)
 
 async def load_segments(session: AsyncSession, tenant: str, user_id: str) -> list[Segment]:
     """Return a user's segments."""
+    return [Segment.from_json(state) for _, state in await segment_states(session, tenant, user_id)]
+
+
+async def segment_states(session: AsyncSession, tenant: str, user_id: str) -> list[tuple[str, str]]:
+    """Return a user's segments as stored: (segment id, state as canonical JSON)."""
+    c = mtm_segments.c
     rows = await session.execute(
-        select(mtm_segments.c.state).where(
-            mtm_segments.c.tenant == tenant, mtm_segments.c.user_id == user_id
-        )
+        select(c.segment_id, c.state).where(c.tenant == tenant, c.user_id == user_id)
     )
-    return [Segment.from_json(state) for (state,) in rows]
+    return [(segment_id, state) for segment_id, state in rows]
 
 
 async def filed_pages(session: AsyncSession, turn_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:

@@ -169,11 +169,11 @@ async def test_a_partitions_changes_are_its_projections(
     partition = subjects.partition_consumer(MEMORIES, 3)
     anna = tracking.owner_key("acme", "anna")
     async with sessions() as session, session.begin():
-        await tracking.changed(session, partition, 4, [anna])
+        await tracking.changed(session, partition, 4, {anna: False})
     first = await feed.read(sessions)
     held = first.of(MEMORIES, ("acme", "anna"))
     async with sessions() as session, session.begin():
-        await tracking.changed(session, partition, 9, [anna])
+        await tracking.changed(session, partition, 9, {anna: False})
     second = await feed.read(sessions)
 
     assert (4, 9) == (first[MEMORIES], second[MEMORIES])
@@ -264,7 +264,7 @@ async def test_a_batch_moves_the_version_only_when_the_projection_folds_one_of_i
 async def versions(session: AsyncSession) -> dict[str | None, int]:
     """Return the memories projection's version (None) and each of its users' versions."""
     changes = await tracking.changes_since(session, {})
-    return {owner: sequence for consumer, owner, sequence in changes if consumer == MEMORIES}
+    return {row.owner: row.sequence for row in changes if row.consumer == MEMORIES}
 
 
 async def test_a_value_held_at_the_requests_version_opens_no_session(
@@ -363,3 +363,15 @@ def test_rows_read_by_key_start_again_past_their_bound() -> None:
     assert {"b": 2} == rows.at(1, "bob")
     rows.at(1, "carol")  # a third scope: every scope starts again
     assert {} == rows.at(1, "bob")
+
+
+def test_an_erased_users_values_leave_at_any_version() -> None:
+    """An erasure drops what is held of the user, read at whichever version."""
+    cache = ReadCache()
+    cache.keep("memoryd-stm", "anna's pages", -3, "pages", owner="anna")
+    cache.keep("memoryd-graph", "anna's graph", 17, "graph", owner="anna")
+    cache.keep("memoryd-graph", "bob's graph", 17, "graph", owner="bob")
+
+    dropped = cache.settle(Versions({}, erased=frozenset({"anna"})))
+
+    assert (2, 1) == (dropped, len(cache))

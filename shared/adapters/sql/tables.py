@@ -52,15 +52,16 @@ read_model_versions = Table(
 
 # (consumer, owner) -> the last stream sequence whose batch changed that user's rows, written
 # with ``read_model_versions``; ``owner`` is a digest of the tenant and user id (the row names
-# nobody, so erasure leaves it). A reader that caches one user's state keys it on this: other
-# users' writes leave it standing. Readers follow it by sequence (what changed since they last
-# looked), so it is indexed that way.
+# nobody, so erasure leaves it), ``erased`` says the change was the user's erasure. A reader
+# that caches one user's state keys it on this: other users' writes leave it standing.
+# Readers follow it by sequence (what changed since they last looked), so it is indexed so.
 user_versions = Table(
     "user_versions",
     metadata,
     Column("consumer", String(64), primary_key=True),
     Column("owner", String(32), primary_key=True),
     Column("sequence", BigInteger, nullable=False),
+    Column("erased", Boolean, nullable=False),
     Index("user_versions_by_sequence", "consumer", "sequence"),
 )
 

@@ -10,8 +10,9 @@ so a reader's cache of one user outlives every other user's writes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 from sqlalchemy import and_, delete, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -64,25 +65,34 @@ def owner_key(tenant: str, user_id: str) -> str:
 
 
 async def changed(
-    session: AsyncSession, consumer: str, sequence: int, owners: Iterable[str] = ()
+    session: AsyncSession, consumer: str, sequence: int, owners: Mapping[str, bool] | None = None
 ) -> None:
-    """Record that ``consumer``'s read models changed at ``sequence`` (same transaction),
-    the rows of the users ``owners`` names (``owner_key``) among them."""
+    """Record that ``consumer``'s read models changed at ``sequence`` (same transaction), the
+    rows of the users ``owners`` names (``owner_key`` -> whether the change erased them) too."""
     row = {"consumer": consumer, "sequence": sequence}
     await upsert(session, read_model_versions, [row], ["consumer"])
-    users = [{"consumer": consumer, "owner": o, "sequence": sequence} for o in sorted(set(owners))]
+    users = [
+        {"consumer": consumer, "owner": owner, "sequence": sequence, "erased": erased}
+        for owner, erased in sorted((owners or {}).items())
+    ]
     await upsert(session, user_versions, users, ["consumer", "owner"])
 
 
-# A row of ``version_rows`` / ``changes_since``: (consumer, owner or None, sequence).
-VersionRow = tuple[str, str | None, int]
+class VersionRow(NamedTuple):
+    """A row of ``version_rows`` / ``changes_since``: a consumer's version (owner None) or
+    one of its users' (and whether that change erased them)."""
+
+    consumer: str
+    owner: str | None
+    sequence: int
+    erased: bool = False
 
 
 async def version_rows(session: AsyncSession) -> list[VersionRow]:
     """Return each consumer's version, one row per consumer (owner None), as stored."""
     c = read_model_versions.c
     rows = await session.execute(select(c.consumer, c.sequence))
-    return [(consumer, None, int(sequence)) for consumer, sequence in rows]
+    return [VersionRow(consumer, None, int(sequence)) for consumer, sequence in rows]
 
 
 async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list[VersionRow]:
@@ -95,10 +105,14 @@ async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list
     u, v = user_versions.c, read_model_versions.c
     after = [and_(u.consumer == name, u.sequence > sequence) for name, sequence in since.items()]
     unfollowed = u.consumer.not_in(list(since))
-    users = select(u.consumer, u.owner, u.sequence).where(or_(*after, unfollowed))
-    consumers = select(v.consumer, literal(None, user_versions.c.owner.type), v.sequence)
+    users = select(u.consumer, u.owner, u.sequence, u.erased).where(or_(*after, unfollowed))
+    none = literal(None, u.owner.type), literal(False, u.erased.type)
+    consumers = select(v.consumer, none[0], v.sequence, none[1])
     rows = await session.execute(consumers.union_all(users))
-    return [(consumer, owner, int(sequence)) for consumer, owner, sequence in rows]
+    return [
+        VersionRow(consumer, owner, int(sequence), bool(erased))
+        for consumer, owner, sequence, erased in rows
+    ]
 
 
 async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:

@@ -1,0 +1,113 @@
+"""Recall reads a user's segments again after their write, decoding only what the write
+changed; an erasure takes the user's decoded segments out of recall's memory.
+
+Real parts: the MTM fold and ``apply_once`` on SQLite, recall's tiers and version feed; the
+query is embedded by a hash (the ranking is not what is tested: every segment is shown).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from memoryd.services.mtm.projection import MtmProjection
+from memoryd.services.recall.cache import VersionFeed
+from memoryd.services.recall.tiers import TierRecall
+from memoryd.services.runtime.decisions import NoDecisions
+from memoryd.services.runtime.projection import Positioned, apply_once
+from memoryd.shared.contracts import Scope
+from memoryd.shared.contracts.events import Event, UserErased
+from memoryd.shared.contracts.memoryos import PageFiled
+from memoryd.shared.contracts.recall import RecallRequest, RecallResponse
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, encode_vector, unit_vector
+from tests.fakes import HashEmbedder
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def scope(user: str) -> Scope:
+    return Scope(tenant="acme", user_id=user, session_id="s1")
+
+
+def filed(n: int, segment: str, user: str = "alice") -> PageFiled:
+    """Return the n-th page, filed into ``segment`` (opening it when it is new)."""
+    vector = unit_vector(np.random.default_rng(n).normal(size=32).astype(np.float32))
+    return PageFiled(
+        occurred_at=T0 + timedelta(minutes=n),
+        scope=scope(user),
+        cause_event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"evicted/{user}/{n}"),
+        turn_id=uuid.uuid5(uuid.NAMESPACE_URL, f"turn/{user}/{n}"),
+        segment_id=f"{segment}-{user}",
+        opened=n <= 3,
+        fscore=None,
+        keywords=("bread",),
+        vector=encode_vector(vector),
+        query=f"q{n}",
+        response=f"r{n}",
+        turn_occurred_at=T0,
+        embedder="test",
+        decided_by="offline",
+    )
+
+
+class Stack:
+    """The MTM worker writing, and recall's tiers reading what it wrote."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+        self.worker = MtmProjection(NoDecisions(), NoDecisions(), NoDecisions(), DEFAULT_PARAMS)
+        self.tiers = TierRecall(HashEmbedder(32), DEFAULT_PARAMS)
+        self.feed = VersionFeed()
+        self.sequence = 0
+
+    async def fold(self, *events: Event) -> None:
+        """Apply ``events`` as the log's next sequences."""
+        batch = []
+        for event in events:
+            self.sequence += 1
+            batch.append(Positioned(event, self.sequence))  # type: ignore[arg-type]
+        await apply_once(self.sessions, self.worker, batch, None)
+
+    async def pages_by_segment(self, user: str = "alice") -> dict[str, int]:
+        """Recall ``user``'s tiers; return each segment shown and its page count."""
+        request = RecallRequest(scope=scope(user), query="bread")
+        empty = RecallResponse(pages=[], memories=[], context="", tokens=0)
+        at = await self.feed.read(self.sessions)
+        answer, _ = await self.tiers.enrich(self.sessions, request, empty, T0, at)
+        return {item.segment_id: item.page_count for item in answer.memoryos.segments}
+
+
+async def test_a_write_to_one_segment_decodes_that_segment_again_only(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    stack = Stack(sessions)
+    await stack.fold(filed(1, "a"), filed(2, "b"), filed(3, "c"))
+    before = await stack.pages_by_segment()
+    decoded_before = stack.tiers.segments_decoded
+
+    await stack.fold(filed(4, "b"))
+    after = await stack.pages_by_segment()
+
+    assert {"a-alice": 1, "b-alice": 1, "c-alice": 1} == before
+    assert {"a-alice": 1, "b-alice": 2, "c-alice": 1} == after
+    assert (3, 4) == (decoded_before, stack.tiers.segments_decoded)
+
+
+async def test_an_erased_users_decoded_segments_leave_with_the_next_recall(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Alice is not asked for again: her segments still leave recall's memory."""
+    stack = Stack(sessions)
+    await stack.fold(filed(1, "a"), filed(2, "b"), filed(3, "a", user="bob"))
+    await stack.pages_by_segment("alice")
+    await stack.pages_by_segment("bob")
+    held = stack.tiers.segments_held
+
+    await stack.fold(UserErased(occurred_at=T0, scope=Scope(tenant="acme", user_id="alice")))
+    bobs = await stack.pages_by_segment("bob")
+
+    assert (3, 1) == (held, stack.tiers.segments_held)
+    assert {"a-bob": 1} == bobs
