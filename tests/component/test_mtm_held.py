@@ -7,10 +7,8 @@ log's page.filed decisions, folded as replay folds them.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,9 +18,10 @@ from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.events import Event, UserErased
 from memoryd.shared.contracts.memoryos import PageFiled
-from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, encode_vector, unit_vector
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
 from memoryd.shared.domain.mtm import Segment
 from memoryd.shared.stores import mtm
+from tests.events import page_filed
 
 SCOPE = Scope(tenant="acme", user_id="alice", session_id="s1")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -35,23 +34,7 @@ def projection() -> MtmProjection:
 
 def filed(n: int, user: str = "alice") -> PageFiled:
     """Return the n-th page filed into ``user``'s segment."""
-    vector = unit_vector(np.random.default_rng(n).normal(size=384).astype(np.float32))
-    return PageFiled(
-        occurred_at=T0 + timedelta(minutes=n),
-        scope=SCOPE.model_copy(update={"user_id": user}),
-        cause_event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"evicted/{user}/{n}"),
-        turn_id=uuid.uuid5(uuid.NAMESPACE_URL, f"turn/{user}/{n}"),
-        segment_id=f"seg-{user}",
-        opened=n == 1,
-        fscore=None,
-        keywords=("bread",),
-        vector=encode_vector(vector),
-        query=f"q{n}",
-        response=f"r{n}",
-        turn_occurred_at=T0,
-        embedder="test",
-        decided_by="offline",
-    )
+    return page_filed(n, user=user, opened=n == 1)
 
 
 async def fold(

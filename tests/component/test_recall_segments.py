@@ -7,10 +7,8 @@ query is embedded by a hash (the ranking is not what is tested: every segment is
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.mtm.projection import MtmProjection
@@ -22,7 +20,8 @@ from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.events import Event, UserErased
 from memoryd.shared.contracts.memoryos import PageFiled
 from memoryd.shared.contracts.recall import RecallRequest, RecallResponse
-from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, encode_vector, unit_vector
+from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
+from tests.events import page_filed
 from tests.fakes import HashEmbedder
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -33,24 +32,8 @@ def scope(user: str) -> Scope:
 
 
 def filed(n: int, segment: str, user: str = "alice") -> PageFiled:
-    """Return the n-th page, filed into ``segment`` (opening it when it is new)."""
-    vector = unit_vector(np.random.default_rng(n).normal(size=32).astype(np.float32))
-    return PageFiled(
-        occurred_at=T0 + timedelta(minutes=n),
-        scope=scope(user),
-        cause_event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"evicted/{user}/{n}"),
-        turn_id=uuid.uuid5(uuid.NAMESPACE_URL, f"turn/{user}/{n}"),
-        segment_id=f"{segment}-{user}",
-        opened=n <= 3,
-        fscore=None,
-        keywords=("bread",),
-        vector=encode_vector(vector),
-        query=f"q{n}",
-        response=f"r{n}",
-        turn_occurred_at=T0,
-        embedder="test",
-        decided_by="offline",
-    )
+    """Return the n-th page, filed into ``segment`` (opening it for the first three)."""
+    return page_filed(n, user=user, segment=f"{segment}-{user}", opened=n <= 3, dimension=32)
 
 
 class Stack:
