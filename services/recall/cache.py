@@ -264,6 +264,7 @@ class ReadCache:
         )
         self._owned: dict[Owned, set[tuple[str, Hashable]]] = {}  # a user's slots
         self._versions: dict[str, int] = {}  # each consumer's newest version seen
+        self._settled: Versions | None = None  # the versions read settled last
 
     def __len__(self) -> int:
         """Return how many values are held."""
@@ -295,7 +296,8 @@ class ReadCache:
         return fresh
 
     def settle(self, at: Versions) -> int:
-        """Drop the values a newer version than theirs replaced; return how many.
+        """Drop the values a newer version than theirs replaced; return how many (once per
+        versions read: a value one of its requests read again after the first settled stays).
 
         A user's values go when the read ``at`` saw that user change; the others when their
         consumer's version moved past theirs (requests read versions that only grow, so no
@@ -303,6 +305,9 @@ class ReadCache:
         recently used go, keeps what a projection has deleted (a forgotten memory, an erased
         user) out of this process's memory once the deletion is recall's newest version.
         """
+        if at is self._settled:  # the requests that shared one versions read settle once
+            return 0
+        self._settled = at
         dropped = 0
         gone = set(at.moved)
         if at.erased:  # what is held of an erased user, whichever version it was read at

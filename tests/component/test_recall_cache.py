@@ -375,3 +375,18 @@ def test_an_erased_users_values_leave_at_any_version() -> None:
     dropped = cache.settle(Versions({}, erased=frozenset({"anna"})))
 
     assert (2, 1) == (dropped, len(cache))
+
+
+def test_the_requests_of_one_versions_read_settle_once() -> None:
+    """A value a request read again at the new version is not dropped by a request that
+    shared the same versions read and settles after it."""
+    cache = ReadCache()
+    cache.keep(MEMORIES, "anna", -1, "before her write", owner="anna")
+    at = Versions({}, moved=frozenset({(MEMORIES, "anna")}))
+
+    first = cache.settle(at)
+    cache.keep(MEMORIES, "anna", 7, "after her write", owner="anna")
+    second = cache.settle(at)
+
+    assert (1, 0) == (first, second)
+    assert (True, "after her write") == cache.lookup(MEMORIES, "anna", 7)
