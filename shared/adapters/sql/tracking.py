@@ -71,7 +71,7 @@ async def changed(
     rows of the users ``owners`` names (``owner_key`` -> whether the change erased them) too."""
     row = {"consumer": consumer, "sequence": sequence}
     await upsert(session, read_model_versions, [row], ["consumer"])
-    users = [
+    users = [  # in key order: two writers lock the rows they share in one order
         {"consumer": consumer, "owner": owner, "sequence": sequence, "erased": erased}
         for owner, erased in sorted((owners or {}).items())
     ]
@@ -106,8 +106,8 @@ async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list
     after = [and_(u.consumer == name, u.sequence > sequence) for name, sequence in since.items()]
     unfollowed = u.consumer.not_in(list(since))
     users = select(u.consumer, u.owner, u.sequence, u.erased).where(or_(*after, unfollowed))
-    none = literal(None, u.owner.type), literal(False, u.erased.type)
-    consumers = select(v.consumer, none[0], v.sequence, none[1])
+    no_user = literal(None, u.owner.type), v.sequence, literal(False, u.erased.type)
+    consumers = select(v.consumer, *no_user)
     rows = await session.execute(consumers.union_all(users))
     return [
         VersionRow(consumer, owner, int(sequence), bool(erased))
