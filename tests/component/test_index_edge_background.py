@@ -127,6 +127,28 @@ async def test_a_quiet_spell_starts_an_optimisation_in_the_background(tmp_path: 
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
 
 
+async def test_searches_hold_the_quiet_spells_optimisation_until_they_pause(
+    tmp_path: Path,
+) -> None:
+    """While searches come, a quiet spell of writes starts nothing: beside recall, the child
+    took the cores its searches needed. Once they pause for ``quiet_seconds``, it starts."""
+    ann = ScopeFilter(tenant="acme", user_id="ann")
+    query = _points(1, seed=9)[0].dense
+    with capture_logs() as logs:
+        index = await _filled(tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3)
+        for _ in range(20):  # 2 s of searches, 0.1 s apart: no spell of 0.3 s in them
+            await index.search_dense(query, ann, 5)
+            await asyncio.sleep(0.1)
+        copied_while_searched = (tmp_path / "gen-1").exists()  # a build begins by copying
+        for _ in range(600):  # up to 60 s
+            if _optimized(logs):
+                break
+            await asyncio.sleep(0.1)
+        await index.close()
+    assert not copied_while_searched
+    assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+
+
 async def test_a_home_from_before_generations_moves_into_one(tmp_path: Path) -> None:
     """A shard at the top of the folder (as earlier versions kept it) is loaded, optimised
     into gen-1, and its old files removed; nothing else in the folder is touched."""
