@@ -547,10 +547,13 @@ def segment_kilobytes(points: int, dimension: int) -> int:
     return max(1, points * dimension * 4 // 1024)
 
 
-def edge_config(dimension: int, segment_points: int | None = None) -> qe.EdgeConfig:
+def edge_config(
+    dimension: int, segment_points: int | None = None, indexing_threads: int = 0
+) -> qe.EdgeConfig:
     """Return the shard layout: a cosine dense vector and a BM25 sparse vector with IDF.
 
     With ``segment_points``, segments stop growing at about that many points.
+    ``indexing_threads``: threads that build an HNSW (0: Edge's choice, every core).
     """
     optimizers = None
     if segment_points is not None:
@@ -560,7 +563,12 @@ def edge_config(dimension: int, segment_points: int | None = None) -> qe.EdgeCon
     return qe.EdgeConfig(
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000),
+        hnsw_config=qe.HnswIndexConfig(
+            m=16,
+            ef_construct=100,
+            full_scan_threshold=10_000,
+            max_indexing_threads=indexing_threads,
+        ),
         optimizers=optimizers,
     )
 

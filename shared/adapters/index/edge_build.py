@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import resource
 import shutil
 import sys
@@ -141,6 +142,17 @@ def _peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def indexing_threads(cores: int | None) -> int:
+    """Return the threads the child builds an HNSW with: half the cores, at least one.
+
+    The service searches while the child works. On two cores, 20,000 new points at 250,000
+    took the child 1.6 cores for 9.9 s with every core, and one recall caller beside it
+    (100,000 turns over 100 users) ran at p50 / p99 38.4 / 80.1 ms; on one thread 0.94 cores
+    for 12.7 s, the caller at 29.9 / 65.4 ms (22.5 / 41.6 with no child).
+    """
+    return max(1, (cores or 1) // 2)
+
+
 def main() -> None:
     """Load the shard in the folder given, optimise it, flush and close it."""
     from memoryd.shared.adapters.index.edge import edge_config
@@ -150,7 +162,9 @@ def main() -> None:
     parser.add_argument("dimension", type=int)
     parser.add_argument("segment_points", type=int, nargs="?")
     args = parser.parse_args()
-    shard = qe.EdgeShard.load(str(args.folder), edge_config(args.dimension, args.segment_points))
+    threads = indexing_threads(os.cpu_count())
+    config = edge_config(args.dimension, args.segment_points, threads)
+    shard = qe.EdgeShard.load(str(args.folder), config)
     changed = shard.optimize()
     shard.flush()
     shard.close()
