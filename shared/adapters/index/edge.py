@@ -98,8 +98,8 @@ class EdgeSearchIndex:
     quiet spell (`quiet_seconds` without a write or a read, `quiet_points` outside any HNSW),
     in a child process on a copy of the shard (`edge_build`), since Edge holds the GIL while it
     optimises (2.2 s at 12,620 points): the copy is loaded, the writes taken meanwhile replayed
-    on it, and it replaces the shard. Writes run in a worker thread, one at a time; reads run on the event
-    loop, since the engine holds the GIL while it reads (see `_read`).
+    on it, and it replaces the shard. Writes run in a worker thread, one at a time; reads run
+    on the event loop, since the engine holds the GIL while it reads (see `_read`).
 
     `segment_points` bounds a segment's size (about that many points): without a bound the
     optimiser merged every new point into one segment and rebuilt its HNSW, so each pass
