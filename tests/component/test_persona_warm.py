@@ -64,14 +64,22 @@ def promoted() -> SegmentPromoted:
     )
 
 
-# Live (a publisher given): the decision log stands in for it, no event is derived here.
-
-
 def projection_with(
     llm: CountingLlm, model: HashEmbedder, decisions: MemoryDecisionLog
 ) -> PersonaProjection:
     embedder = CachedEmbedder(model, MemoryEmbeddingStore())
     return PersonaProjection(embedder, llm, decisions, DEFAULT_PARAMS)
+
+
+async def apply_live(
+    sessions: async_sessionmaker[AsyncSession],
+    projection: PersonaProjection,
+    event: SegmentPromoted,
+    decisions: MemoryDecisionLog,
+) -> None:
+    """Apply the promotion live: the decision log stands in for the publisher (nothing here
+    derives an event to publish)."""
+    await apply_once(sessions, projection, [Positioned(event, 1)], decisions)  # type: ignore[arg-type]
 
 
 async def test_a_warmed_promotion_asks_neither_the_llm_nor_the_model_in_its_transaction(
@@ -83,7 +91,7 @@ async def test_a_warmed_promotion_asks_neither_the_llm_nor_the_model_in_its_tran
 
     await projection.warm([event])
     asked_before, embedded_before = llm.asked, len(model.calls)
-    await apply_once(sessions, projection, [Positioned(event, 1)], decisions)  # type: ignore[arg-type]
+    await apply_live(sessions, projection, event, decisions)
 
     async with sessions() as session:
         held = await persona.load_persona(session, ("acme", "alice"))
@@ -101,7 +109,7 @@ async def test_an_llm_failure_met_warming_is_recorded_once_and_answered_offline(
     event = promoted()
 
     await projection.warm([event])
-    await apply_once(sessions, projection, [Positioned(event, 1)], decisions)  # type: ignore[arg-type]
+    await apply_live(sessions, projection, event, decisions)
 
     failures = [e for e in decisions.events.values() if isinstance(e, LlmStepFailed)]
     async with sessions() as session:
