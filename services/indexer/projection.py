@@ -49,6 +49,10 @@ from memoryd.shared.stores import indexer as store
 
 log = structlog.get_logger(__name__)
 
+# Conversations whose last turn ``warm`` remembers (a hint: the transaction reads the stored
+# one). With 100 users, each a few conversations, every window of the next batch is warmed.
+LAST_TURNS_HINTED = 10_000
+
 
 def runs(operations: Sequence[Operation]) -> list[list[Operation]]:
     """Group consecutive upserts, so each run is one index call; deletes stay single."""
@@ -82,12 +86,19 @@ class IndexerProjection:
         self._index = index
         self._embedder = embedder
         self._keys = keys or KeyOptions()
+        # Each conversation's last turn as the last batch planned it: ``warm`` plans the
+        # windows that join an earlier batch's turn with it. Without it, those windows (one a
+        # batch in one conversation) were embedded inside the transaction, where the call
+        # queued behind other projections' model work: 0.7-0.9 s a batch with the write lock
+        # held and the model lanes idle after (``bench peers``, 3,000 turns in one scope).
+        self._last_turns: dict[uuid.UUID, str] = {}
 
     async def warm(self, events: Sequence[AnyEvent]) -> None:
         """Embed the batch's new texts into the cache before the transaction."""
-        # Windows that join a turn of an earlier batch are planned in the transaction, once
-        # the stored last turns are read: only those few texts are embedded there.
-        draft, _ = plan(events, None, self._keys)
+        # The last turns are a hint: the transaction plans with the stored ones, and embeds
+        # whatever the hint missed (a window after another process's batch, a restart).
+        hint = {key: self._last_turns[key] for key in _owners(events) if key in self._last_turns}
+        draft, _ = plan(events, hint, self._keys)
         await self._embed([op for op in draft if isinstance(op, Upsert)])
 
     async def apply(
@@ -98,6 +109,7 @@ class IndexerProjection:
 
     async def _erase(self, session: AsyncSession, event: UserErased) -> None:
         """Delete the user's index points (every key of every item), then their rows."""
+        self._last_turns.clear()  # holds no erased text (erasures are rare: clear them all)
         await self._index.delete_where(
             ScopeFilter(tenant=event.scope.tenant, user_id=event.scope.user_id)
         )
@@ -112,9 +124,8 @@ class IndexerProjection:
         before = await store.last_turns(session, list(owners))
         operations, after = plan(events, before, self._keys)
         upserts = [op for op in operations if isinstance(op, Upsert)]
-        # ``warm`` embedded all but the windows joining an earlier batch's turn before the
-        # transaction: those come from the cache, these few are embedded here.
-        dense = await self._embed(upserts)
+        dense = await self._embed(upserts)  # from the cache ``warm`` filled
+        self._hint_last_turns(after)
         for run in runs(operations):
             await self._write(run, dense, live)
         await store.record_expiries(session, [e for e in events if isinstance(e, MemoryExpired)])
@@ -122,6 +133,13 @@ class IndexerProjection:
         if upserts:
             log.debug("indexed", points=len(upserts), live=live)
         return Effects()
+
+    def _hint_last_turns(self, after: dict[uuid.UUID, str]) -> None:
+        for key, text in after.items():
+            self._last_turns.pop(key, None)  # re-inserted last: the oldest go first
+            self._last_turns[key] = text
+        while len(self._last_turns) > LAST_TURNS_HINTED:
+            del self._last_turns[next(iter(self._last_turns))]
 
     async def _embed(self, upserts: Sequence[Upsert]) -> dict[uuid.UUID, DenseVector]:
         # One embedding call per batch: the model is far faster on hundreds of texts at once.

@@ -196,6 +196,34 @@ async def test_a_composed_window_costs_no_model_call_and_replays_to_the_same_vec
         assert hit.score == pytest.approx(1.0, abs=1e-5)
 
 
+async def test_a_window_joining_the_last_batch_is_embedded_before_the_transaction(
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
+) -> None:
+    """The window that joins a batch's first turn to the previous batch's last one is
+    embedded by ``warm``: the transaction, holding the write lock, does not call the model."""
+    sessions = session_factory(engine)
+    counting = CountingEmbedder(minilm)
+    index = await opened(EdgeSearchIndex(tmp_path / "index", 384))
+    projection = IndexerProjection(index, CachedEmbedder(counting, store))
+    question = TurnRecorded(occurred_at=T0, scope=ALICE, query="How often do you run?", response="")
+    reply = TurnRecorded(
+        occurred_at=T0, scope=ALICE, query="Twice a week, by the river.", response=""
+    )
+    await projection.warm([question])
+    await apply(sessions, projection, [question])
+
+    await projection.warm([reply])
+    warmed = list(counting.asked)
+    await apply(sessions, projection, [reply])
+
+    assert "How often do you run?\nTwice a week, by the river." in warmed
+    assert warmed == counting.asked  # the transaction asked the model nothing
+    window = "How often do you run?\nTwice a week, by the river."
+    [hit] = await index.search_dense((await minilm.embed([window]))[0], MINE, 1)
+    assert window == hit.text
+    await index.close()
+
+
 class WritesCounted(EdgeSearchIndex):
     """The Edge index, counting the points replay's writes report as written."""
 
