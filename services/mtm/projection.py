@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.services.mtm.state import (
     HELD_SEGMENTS,
+    FilingTables,
     HeldSegments,
     MtmBatch,
     fold_evicted,
@@ -45,7 +46,6 @@ from memoryd.shared.domain.memoryos import MemoryOsParams, Vector, encode_vector
 from memoryd.shared.domain.mtm import (
     Segment,
     SegmentChoice,
-    choose_segment,
     heat,
     promotion_heat,
     segments_to_evict,
@@ -125,6 +125,8 @@ class MtmProjection:
         self._params = params
         # Each user's segments as the last committed batch left them (see runtime/held.py).
         self.held: HeldSegments = HeldState(held_segments, size=len)
+        # As many users' filing tables as held segments fill at MemoryOS's capacity.
+        self._filing = FilingTables(held_segments // max(1, params.max_segments))
 
     async def apply(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
@@ -135,6 +137,7 @@ class MtmProjection:
     async def _erase_rows(self, session: AsyncSession, event: UserErased) -> None:
         await erase_rows(self.tables)(session, event)
         self.held.put((event.scope.tenant, event.scope.user_id), None)
+        self._filing.forget((event.scope.tenant, event.scope.user_id))
 
     async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
@@ -197,8 +200,10 @@ class MtmProjection:
             lambda: self._offline.page_keywords(text),
             self._decisions,
         )
-        user = await state.user((evicted.scope.tenant, evicted.scope.user_id))
-        choice = choose_segment(vector, keywords, user.segments.values(), self._params.theta)
+        key = (evicted.scope.tenant, evicted.scope.user_id)
+        user = await state.user(key)
+        table = self._filing.synced(key, user.segments)
+        choice = table.choose(vector, keywords, self._params.theta)
         deciders = (self._embedder.model_name, self._llm.name)
         filed = await self._decisions.record(filing(evicted, choice, keywords, vector, deciders))
         segment = await fold_filed(state, filed)

@@ -8,7 +8,8 @@ visits therefore only add to N_visit and move the last visit forward, which comm
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,7 +30,13 @@ from memoryd.shared.domain.memoryos import (
     as_utc,
     decode_vector,
 )
-from memoryd.shared.domain.mtm import Segment, file_page, open_segment, rewrite_summary
+from memoryd.shared.domain.mtm import (
+    FilingTable,
+    Segment,
+    file_page,
+    open_segment,
+    rewrite_summary,
+)
 from memoryd.shared.stores import mtm as store
 
 UserKey = tuple[str, str]  # (tenant, user_id)
@@ -38,6 +45,33 @@ UserKey = tuple[str, str]  # (tenant, user_id)
 # segments each (``MEMORYD_MTM_HELD_SEGMENTS``).
 HELD_SEGMENTS = 20_000
 HeldSegments = HeldState[UserKey, dict[str, Segment]]
+
+
+class FilingTables:
+    """The users' filing tables (``FilingTable``), the most recently used ``max_users``.
+
+    A table is synced with the segments before each choice, so one held across batches (or
+    across a batch that failed) can only be refreshed, never wrong.
+    """
+
+    def __init__(self, max_users: int) -> None:
+        """Keep at most ``max_users`` tables (0: build one per filing)."""
+        self._max_users = max_users
+        self._tables: OrderedDict[UserKey, FilingTable] = OrderedDict()
+
+    def synced(self, key: UserKey, segments: Mapping[str, Segment]) -> FilingTable:
+        """Return the user's table holding exactly ``segments``."""
+        table = self._tables.pop(key, None) or FilingTable()
+        table.sync(segments)
+        if self._max_users > 0:
+            self._tables[key] = table
+            while len(self._tables) > self._max_users:
+                self._tables.popitem(last=False)
+        return table
+
+    def forget(self, key: UserKey) -> None:
+        """Drop the user's table (an erased user's keywords are not kept)."""
+        self._tables.pop(key, None)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from memoryd.shared.domain.memoryos import DEFAULT_PARAMS, MemoryOsParams, unit_vector
 from memoryd.shared.domain.mtm import (
+    FilingTable,
     PageRef,
     Segment,
     after_promotion,
@@ -395,3 +396,47 @@ def test_a_page_joins_the_segment_with_the_best_fscore_as_scoring_each_would_cho
     else:
         assert best[0] == pytest.approx(choice.score, abs=1e-6)
         assert (best[1] if best[0] >= 0.6 else None) == choice.segment_id
+
+
+# A change to a user's segments: put segment n (opened or replaced) in a direction with
+# keywords, or remove segment n (when held).
+CHANGES = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=9),
+        st.none()
+        | st.tuples(
+            st.sampled_from(range(len(DIRECTIONS))), st.lists(st.sampled_from(WORDS), max_size=4)
+        ),
+    ),
+    max_size=40,
+)
+
+
+@given(
+    CHANGES, st.sampled_from(range(len(DIRECTIONS))), st.lists(st.sampled_from(WORDS), max_size=3)
+)
+def test_a_filing_table_kept_through_changes_chooses_as_a_fresh_one(
+    changes: list[tuple[int, tuple[int, list[str]] | None]], page: int, words: list[str]
+) -> None:
+    """Synced after each change (segments opened, refiled, evicted), a kept table makes the
+    choice a table built from the final segments makes, and holds exactly those segments."""
+    kept = FilingTable()
+    held: dict[str, Segment] = {}
+    for n, shape in changes:
+        if shape is None:
+            held.pop(f"s{n}", None)
+        else:
+            held[f"s{n}"] = segment(f"s{n}", DIRECTIONS[shape[0]], tuple(shape[1]))
+        kept.sync(held)
+        assert len(held) == len(kept)
+
+    page_vec = DIRECTIONS[page]
+    assert choose_segment(page_vec, words, held.values(), 0.6) == kept.choose(page_vec, words, 0.6)
+
+
+def test_a_filing_table_refuses_a_vector_of_another_width() -> None:
+    """A segment whose vector has another width is an error, not a silent mis-score."""
+    table = FilingTable()
+    table.sync({"a": segment("a", X)})
+    with pytest.raises(ValueError, match="dimensions"):
+        table.sync({"a": segment("a", X), "b": segment("b", unit_vector([1.0, 0.0]))})
