@@ -1,6 +1,7 @@
 """Tests for the Qdrant Edge index beyond the shared contract: disk, reopening, optimising."""
 
 import asyncio
+import json
 from pathlib import Path
 from uuid import uuid4
 
@@ -50,6 +51,37 @@ async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert [points[3].id] == [hit.id for hit in dense]
     assert {point.id for point in points} == {hit.id for hit in sparse}
     assert 5 == count
+
+
+async def test_payloads_are_kept_in_ram_also_in_a_shard_made_with_them_on_disk(
+    tmp_path: Path,
+) -> None:
+    """Recall reads payloads by id; from disk that took ~10x as long after an optimisation.
+    A shard an older memoryd made (payloads on disk) is reopened with them in RAM, and keeps
+    its points."""
+    points = _points(3)
+    first = await _opened(tmp_path)
+    await first.upsert(points)
+    await first.close()
+    stored = _set_payload_on_disk(tmp_path)
+
+    reopened = await _opened(tmp_path)
+    dense = await reopened.search_dense(points[1].dense, ACME, limit=1)
+    await reopened.close()
+    assert [points[1].id] == [hit.id for hit in dense]
+    assert False is _stored_config(stored)["on_disk_payload"]
+
+
+def _set_payload_on_disk(folder: Path) -> Path:
+    """Mark the shard's stored config as an older memoryd wrote it; return the file."""
+    [stored] = list(folder.rglob("edge_config.json"))
+    stored.write_text(json.dumps(_stored_config(stored) | {"on_disk_payload": True}))
+    return stored
+
+
+def _stored_config(stored: Path) -> dict[str, object]:
+    config: dict[str, object] = json.loads(stored.read_text())
+    return config
 
 
 async def test_reopening_with_another_dimension_fails(tmp_path: Path) -> None:

@@ -560,6 +560,11 @@ def edge_config(
             max_segment_size=segment_kilobytes(segment_points, dimension)
         )
     return qe.EdgeConfig(
+        # Payloads in RAM, not read from disk through mmap (Edge's default): recall reads the
+        # payloads of the points it keeps by id, and after an optimisation reading 40 of 48,000
+        # took 2.7-2.9 ms cold, 1.4 ms again, against 0.29 ms from RAM (p99 4.6-9.4 against
+        # 0.5-1.2 ms). The cost is the payloads' size in RAM, about 0.5 KB a point.
+        on_disk_payload=False,
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(
