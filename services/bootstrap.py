@@ -363,6 +363,7 @@ async def _built_index(
             quiet_seconds=settings.index_optimize_quiet_seconds,
         ),
         segment_points=settings.index_segment_points,
+        payloads_in_ram=settings.index_payloads_in_ram,
     )
     await _open_index(index, settings, embedder)
     exit_stack.push_async_callback(index.close)

@@ -12,7 +12,6 @@ from memoryd.shared.adapters.index.port import (
     ScopeFilter,
     SearchIndex,
 )
-from memoryd.shared.adapters.index.sparse import DEFAULT_AVG_LEN
 
 __all__ = [
     "DenseVector",
@@ -35,27 +34,25 @@ def build_index(
     *,
     api_key: str | None = None,
     collection: str = "memoryd",
-    avg_len: float = DEFAULT_AVG_LEN,
     optimizing: Optimizing | None = None,
     segment_points: int | None = None,
+    payloads_in_ram: bool = False,
 ) -> SearchIndex:
     """Return an unopened index: Qdrant Edge at `path` without a URL, a Qdrant server with one.
 
-    Open it with `ensure_collection()`. `path`, `optimizing` and `segment_points` apply to
-    Edge only (a server optimises in the background); `api_key` and `collection` to a server
-    only.
+    Open it with `ensure_collection()`. `path`, `optimizing`, `segment_points` and
+    `payloads_in_ram` apply to Edge only (a server optimises in the background); `api_key`
+    and `collection` to a server only.
     """
     if url is None:
         return EdgeSearchIndex(
             path,
             dimension,
-            avg_len=avg_len,
             optimizing=optimizing or Optimizing(),
             segment_points=segment_points,
+            payloads_in_ram=payloads_in_ram,
         )
     # Imported here: qdrant-client costs about a second and ~40 MB, and only a server needs it.
     from memoryd.shared.adapters.index.server import QdrantServerIndex
 
-    return QdrantServerIndex(
-        url, dimension, api_key=api_key, collection=collection, avg_len=avg_len
-    )
+    return QdrantServerIndex(url, dimension, api_key=api_key, collection=collection)

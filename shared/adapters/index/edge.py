@@ -118,6 +118,7 @@ class EdgeSearchIndex:
         optimizing: Optimizing = Optimizing(),
         segment_points: int | None = None,
         search_in_thread: bool = False,
+        payloads_in_ram: bool = False,
     ) -> None:
         """Describe the index; nothing is opened until `ensure_collection()`."""
         if dimension <= 0:
@@ -131,6 +132,7 @@ class EdgeSearchIndex:
         self._optimizing = optimizing
         self._segment_points = segment_points
         self._search_in_thread = search_in_thread
+        self._payloads_in_ram = payloads_in_ram
         self._upserted_since_optimize = 0
         self._shard: qe.EdgeShard | None = None
         self._folder: Path | None = None  # the generation the shard was loaded from
@@ -396,7 +398,9 @@ class EdgeSearchIndex:
 
     def _open(self, folder: Path) -> qe.EdgeShard:
         """Load the shard if the folder holds one, else create it; then add missing indexes."""
-        config = edge_config(self._dimension, self._segment_points)
+        config = edge_config(
+            self._dimension, self._segment_points, payloads_in_ram=self._payloads_in_ram
+        )
         if (folder / CONFIG_FILE).exists():
             # Passing the config makes Edge refuse a shard built with another dimension, and
             # applies the segment bound to a shard created without one.
@@ -547,12 +551,20 @@ def segment_kilobytes(points: int, dimension: int) -> int:
 
 
 def edge_config(
-    dimension: int, segment_points: int | None = None, indexing_threads: int = 0
+    dimension: int,
+    segment_points: int | None = None,
+    indexing_threads: int = 0,
+    payloads_in_ram: bool | None = None,
 ) -> qe.EdgeConfig:
     """Return the shard layout: a cosine dense vector and a BM25 sparse vector with IDF.
 
     With ``segment_points``, segments stop growing at about that many points.
     ``indexing_threads``: threads that build an HNSW (0: Edge's choice, every core).
+    ``payloads_in_ram``: keep payloads in RAM rather than read them through mmap from disk
+    (None: as the shard has them; Edge's default is disk). Recall reads the payloads of the
+    points it keeps by id: after an optimisation, 40 of 48,000 took 2.7-2.9 ms cold and 1.4 ms
+    again from disk, 0.29 ms from RAM; the cost is RAM, held twice while a new generation
+    loads beside the old one (docs/performance.md, session 26).
     """
     optimizers = None
     if segment_points is not None:
@@ -560,11 +572,7 @@ def edge_config(
             max_segment_size=segment_kilobytes(segment_points, dimension)
         )
     return qe.EdgeConfig(
-        # Payloads in RAM, not read from disk through mmap (Edge's default): recall reads the
-        # payloads of the points it keeps by id, and after an optimisation reading 40 of 48,000
-        # took 2.7-2.9 ms cold, 1.4 ms again, against 0.29 ms from RAM (p99 4.6-9.4 against
-        # 0.5-1.2 ms). The cost is the payloads' size in RAM, about 0.5 KB a point.
-        on_disk_payload=False,
+        on_disk_payload=None if payloads_in_ram is None else not payloads_in_ram,
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
         hnsw_config=qe.HnswIndexConfig(
