@@ -120,11 +120,10 @@ def jaccard(left: Collection[str], right: Collection[str]) -> float:
     return len(left_set & right_set) / union if union else 0.0
 
 
-def _jaccard_of_set(words: set[str], other: Collection[str]) -> float:
-    """Return ``jaccard(words, other)`` with ``words`` already a set."""
-    other_set = other if isinstance(other, set | frozenset) else set(other)
-    shared = len(words & other_set)
-    union = len(words) + len(other_set) - shared
+def _jaccard_of_set(words: set[str], other: frozenset[str]) -> float:
+    """Return ``jaccard(words, other)`` with both already sets."""
+    shared = len(words & other)
+    union = len(words) + len(other) - shared
     return shared / union if union else 0.0
 
 
