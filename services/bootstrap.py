@@ -83,6 +83,7 @@ from memoryd.shared.adapters.embeddings import (
     SqlEmbeddingStore,
     build_embedder,
 )
+from memoryd.shared.adapters.embeddings.factory import engine_of
 from memoryd.shared.adapters.index import Optimizing, SearchIndex, build_index
 from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
@@ -248,6 +249,7 @@ def _local_model(
     lanes, batch_threads = (1, threads or 1) if role == "queries" else (threads, 1)
     return OnnxEmbedder(
         int8=runtime == "onnx-int8",
+        engine=engine_of(runtime),
         threads=lanes,
         batch_threads=batch_threads,
         cache_dir=cache_dir,

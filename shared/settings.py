@@ -139,10 +139,13 @@ class Settings(BaseSettings):
     index_payloads_in_ram: bool = True
     embedding_kind: Literal["local", "openai"] = "local"
     embedding_model: str | None = None
-    # How a local model runs: ONNX Runtime (the same vectors as torch, without loading torch),
-    # its int8 export (faster, vectors within ~0.99 cosine: another cache and index), or torch.
-    embedding_runtime: Literal["onnx", "onnx-int8", "torch"] = "onnx"
-    # Threads one worker-side model call uses (ONNX runtimes; unset: every core).
+    # How a local model runs its ONNX export: OpenVINO (bfloat16 where the CPU has it, ~1.8x
+    # fp32's rate here at 0.99999 cosine to fp32; float32 elsewhere), ONNX Runtime (`onnx`: the
+    # same vectors as torch), its int8 export (~2x, 0.993 cosine), or torch. bfloat16's and
+    # int8's vectors are cached under names of their own; points already in the index keep
+    # theirs until `memoryd replay` rebuilds it.
+    embedding_runtime: Literal["openvino", "onnx", "onnx-int8", "torch"] = "openvino"
+    # Threads one worker-side model call uses (local runtimes but torch; unset: every core).
     embedding_threads: int | None = Field(default=None, ge=1)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
@@ -156,13 +159,13 @@ class Settings(BaseSettings):
     # took ~60 ms of the model on one thread at 256, ~28 ms at 128; BM25 and the graph still
     # read all of it. Every question of the retrieval benchmarks is under 60 tokens.
     query_max_tokens: int = Field(default=128, ge=8)
-    # Threads that compute one call of recall's query model (ONNX runtimes; unset: two, one on
+    # Threads that compute one call of recall's query model (not torch; unset: two, one on
     # a one-core machine). A lone question waits 5.4 ms on two threads, 7.5 ms on one here.
     query_threads: int | None = Field(default=None, ge=1)
     # How recall's query model runs (a local model; unset: as ``embedding_runtime``). The
     # documents keep theirs: `onnx-int8` here embeds a question in ~4.3 ms against ~7.1 (fp32,
     # this machine), its vectors at 0.994 mean cosine to fp32's, and the index is not rebuilt.
-    query_embedding_runtime: Literal["onnx", "onnx-int8", "torch"] | None = None
+    query_embedding_runtime: Literal["openvino", "onnx", "onnx-int8", "torch"] | None = None
     # Recall appends the segments it visited as one event per user per this many seconds
     # (0: one event per recall, which then waits for the append).
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)

@@ -124,6 +124,47 @@ async def test_the_int8_export_is_another_model_close_to_the_original(
     assert float(cosines.min()) >= 0.9
 
 
+async def test_openvino_vectors_are_within_ten_thousandths_of_a_cosine_of_torchs(
+    torch_minilm: SentenceTransformerEmbedder,
+) -> None:
+    """The default engine: bfloat16 on a CPU that has it (a name of its own), fp32 elsewhere;
+    either way every vector within 0.9998 cosine of torch's (the int8 export's: 0.9 at worst)."""
+    openvino = OnnxEmbedder(engine="openvino")
+    texts = [text for text in TEXTS if text]
+
+    cosines = np.sum(await openvino.embed(texts) * await torch_minilm.embed(texts), axis=1)
+
+    bf16 = "all-MiniLM-L6-v2-bf16" == openvino.model_name
+    assert bf16 or "all-MiniLM-L6-v2" == openvino.model_name
+    assert float(cosines.min()) >= 0.9998
+
+
+async def test_openvino_lanes_agree_to_the_bit_and_a_batch_keeps_each_texts_vector() -> None:
+    """Two lanes (each its own infer request) give one lane's vectors to the bit; a text alone
+    gets its vector in a padded batch to 0.99999 cosine (bfloat16 sums in another order)."""
+    texts = [f"Turn {i}: we talked about it." + " More detail." * (i % 13) for i in range(90)]
+    one_lane = OnnxEmbedder(engine="openvino", threads=1, batch_tokens=256)
+    two_lanes = OnnxEmbedder(engine="openvino", threads=2, batch_tokens=256)
+
+    batched = await one_lane.embed(texts)
+
+    np.testing.assert_array_equal(batched, await two_lanes.embed(texts))
+    alone = np.concatenate([await one_lane.embed([text]) for text in texts[:20]])
+    assert float(np.sum(alone * batched[:20], axis=1).min()) >= 0.99999
+
+
+async def test_an_openvino_query_on_two_threads_is_close_to_one_threads() -> None:
+    """Recall's query model runs a lone question on two threads."""
+    queries = ["What did I say about my greyhound?", "When is the dentist?", "hi"]
+    one_thread = OnnxEmbedder(engine="openvino", threads=1, max_tokens=128)
+    two_threads = OnnxEmbedder(engine="openvino", threads=1, batch_threads=2, max_tokens=128)
+
+    for query in queries:
+        np.testing.assert_allclose(
+            await one_thread.embed([query]), await two_threads.embed([query]), atol=1e-6
+        )
+
+
 async def test_the_export_is_made_once_and_found_by_the_next_process() -> None:
     """A second embedder on the same cache loads the exported file without exporting again."""
     first = OnnxEmbedder(cache_dir=default_model_cache())

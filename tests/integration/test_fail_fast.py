@@ -187,7 +187,8 @@ def _refused_at_start(env: dict[str, str], tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    ("runtime", "module"), [("onnx", "onnxruntime"), ("torch", "sentence_transformers")]
+    ("runtime", "module"),
+    [("openvino", "openvino"), ("onnx", "onnxruntime"), ("torch", "sentence_transformers")],
 )
 def test_up_without_the_local_extra_refuses_to_start(
     tmp_path: Path, runtime: str, module: str

@@ -9,14 +9,17 @@ from memoryd.shared.adapters.embeddings import (
     SentenceTransformerEmbedder,
     build_embedder,
 )
+from memoryd.shared.adapters.embeddings.runners import openvino_bf16
 
 
-def test_local_kind_builds_minilm_on_onnx_runtime_without_loading_it() -> None:
-    """The local kind is the bundled MiniLM, 384 wide, on ONNX Runtime by default."""
+def test_local_kind_builds_minilm_on_openvino_without_loading_it() -> None:
+    """The local kind is the bundled MiniLM, 384 wide, on OpenVINO by default: its name says
+    bfloat16 where this CPU computes in it (another model's vectors), fp32's name elsewhere."""
     embedder = build_embedder("local", batch_tokens=1024)
+    name = "all-MiniLM-L6-v2-bf16" if openvino_bf16() else "all-MiniLM-L6-v2"
 
     assert isinstance(embedder, OnnxEmbedder)
-    assert ("all-MiniLM-L6-v2", 384, 1024, False) == (
+    assert (name, 384, 1024, False) == (
         embedder.model_name,
         embedder.dimension,
         embedder.batch_tokens,
@@ -24,13 +27,22 @@ def test_local_kind_builds_minilm_on_onnx_runtime_without_loading_it() -> None:
     )
 
 
-def test_the_torch_and_int8_runtimes_are_chosen_by_name() -> None:
-    """torch builds the sentence-transformers model; onnx-int8 is a model of its own name."""
+def test_the_torch_onnx_and_int8_runtimes_are_chosen_by_name() -> None:
+    """torch builds the sentence-transformers model; onnx keeps fp32's name (torch's
+    vectors); onnx-int8 is a model of its own name."""
     torch_model = build_embedder("local", "torch", batch_size=16)
+    onnx_model = build_embedder("local", "onnx")
     int8_model = build_embedder("local", "onnx-int8")
 
     assert isinstance(torch_model, SentenceTransformerEmbedder)
+    assert "all-MiniLM-L6-v2" == onnx_model.model_name == torch_model.model_name
     assert "all-MiniLM-L6-v2-int8" == int8_model.model_name
+
+
+def test_the_int8_export_does_not_run_on_openvino() -> None:
+    """int8 is ONNX Runtime's quantised export: asked of OpenVINO, refused at construction."""
+    with pytest.raises(ValueError, match="ONNX Runtime"):
+        OnnxEmbedder(int8=True, engine="openvino")
 
 
 def test_openai_kind_builds_a_client_for_the_endpoint() -> None:

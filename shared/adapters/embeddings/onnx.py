@@ -1,9 +1,11 @@
-"""A sentence-transformers model run by ONNX Runtime: the same vectors without torch.
+"""A sentence-transformers model run from its ONNX export: OpenVINO or ONNX Runtime, not torch.
 
 The model's transformer is exported to ONNX once (``onnx_export``, in a child process) and
-cached; this process only loads ONNX Runtime and the model's fast tokenizer, so it starts
-in a fraction of a second and holds far less memory than torch. Pooling is the model's
-mean over tokens, as sentence-transformers computes it; ``int8`` runs the quantised export.
+cached; this process only loads the engine (``runners``: OpenVINO or ONNX Runtime) and the
+model's fast tokenizer, so it starts in a fraction of a second and holds far less memory than
+torch. Pooling is the model's mean over tokens, as sentence-transformers computes it; ``int8``
+runs the quantised export (ONNX Runtime). OpenVINO computes in bfloat16 where the CPU can:
+those vectors have a name of their own (``-bf16``), as the int8 export's do.
 
 A call's texts are cut into length-sorted batches, and ``threads`` batches run at once, each on
 one thread (``lanes``), rather than one batch at a time split over ``threads`` threads. ONNX
@@ -41,14 +43,15 @@ from ._vectors import empty_rows, unit_rows
 from .local import MINILM_DIMENSION, MINILM_NAME, bundled_minilm_path
 from .onnx_export import ensure_export
 from .port import EmbeddingDimensionError, EmbeddingError, Vectors
+from .runners import Engine, Runner, openvino_bf16, runner
 
 if TYPE_CHECKING:
-    import onnxruntime
     from tokenizers import Tokenizer
 
 log = structlog.get_logger(__name__)
 
 INT8_SUFFIX = "-int8"
+BF16_SUFFIX = "-bf16"
 BATCH_TOKENS = 512  # tokens in one model run, padding included (see above)
 
 
@@ -108,17 +111,21 @@ class OnnxEmbedder:
         batch_tokens: int = BATCH_TOKENS,
         cache_dir: Path | None = None,
         max_tokens: int | None = None,
+        engine: Engine = "onnxruntime",
     ) -> None:
         """Use the bundled MiniLM or the model folder ``model``; ``threads`` lanes per call.
 
         A model call gets at most ``batch_tokens`` tokens, padding included; a text is cut
         at the model's own limit, or at ``max_tokens`` if that is lower. ``batch_threads``
-        threads compute one batch (see ``_session``): 1 for the workers' lanes; recall's
-        lone queries wait less on 2.
+        threads compute one batch (see ``runners``): 1 for the workers' lanes; recall's
+        lone queries wait less on 2. ``engine`` runs the export; int8 runs on ONNX Runtime.
         """
+        if int8 and engine != "onnxruntime":
+            raise ValueError("the int8 export runs on ONNX Runtime (engine='onnxruntime')")
         self._model_dir = Path(model) if model is not None else None
         self._base_name = MINILM_NAME if model is None else Path(model).name
-        self._model_name = self._base_name + (INT8_SUFFIX if int8 else "")
+        self._engine = engine
+        self._model_name: str | None = None  # named on first use: bf16 depends on the CPU
         self._dimension: int | None = MINILM_DIMENSION if model is None else None
         self._int8 = int8
         self._threads = threads
@@ -127,19 +134,29 @@ class OnnxEmbedder:
         self.batch_tokens = batch_tokens
         self._cache_dir = cache_dir or default_model_cache()
         self._lock = threading.Lock()  # the first calls race to load; one loads
-        self._session: onnxruntime.InferenceSession | None = None
+        self._runner: Runner | None = None
         self._tokenizer: Tokenizer | None = None
         self._lanes: ThreadPoolExecutor | None = None
 
     @property
     def model_name(self) -> str:
-        """Name the model as cache keys record it (the int8 export is another model)."""
+        """Name the model as cache keys record it: the int8 export's vectors and bfloat16's
+        (OpenVINO on a CPU that has it) are another model's."""
+        if self._model_name is None:
+            if self._engine != "openvino":
+                self._model_name = self._base_name + (INT8_SUFFIX if self._int8 else "")
+            else:
+                try:
+                    bf16 = openvino_bf16()
+                except ImportError:  # it cannot load either: the load's error says why
+                    return self._base_name
+                self._model_name = self._base_name + (BF16_SUFFIX if bf16 else "")
         return self._model_name
 
     @property
     def loaded(self) -> bool:
         """Say whether the model is in memory (it loads on the first embed)."""
-        return self._session is not None
+        return self._runner is not None
 
     @property
     def dimension(self) -> int:
@@ -154,15 +171,15 @@ class OnnxEmbedder:
         if not texts:
             return empty_rows(self.dimension)
         vectors = await asyncio.to_thread(self._encode, list(texts))
-        return unit_rows(vectors, self.dimension, source=self._model_name)
+        return unit_rows(vectors, self.dimension, source=self.model_name)
 
     def _encode(self, texts: list[str]) -> Vectors:
-        session, tokenizer = self._ensure_loaded()
+        model, tokenizer = self._ensure_loaded()
         tokens = [encoding.ids for encoding in tokenizer.encode_batch(texts)]
         batches = token_batches([len(row) for row in tokens], self.batch_tokens)
 
         def run(batch: list[int]) -> Vectors:
-            return _run(session, [tokens[i] for i in batch])
+            return _run(model, [tokens[i] for i in batch])
 
         lanes = self._lanes
         # One batch (a query, a few turns) runs here: handing it to a lane only adds a wait.
@@ -175,23 +192,23 @@ class OnnxEmbedder:
                 rows[position] = vector
         return np.stack(rows)  # type: ignore[arg-type]
 
-    def _ensure_loaded(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
+    def _ensure_loaded(self) -> tuple[Runner, Tokenizer]:
         with self._lock:
-            if self._session is None or self._tokenizer is None:
-                self._session, self._tokenizer = self._load()
+            if self._runner is None or self._tokenizer is None:
                 lanes = self._threads or os.cpu_count() or 1
+                self._runner, self._tokenizer = self._load(lanes)
                 if lanes > 1:
                     self._lanes = ThreadPoolExecutor(lanes, thread_name_prefix="memoryd-model")
-            return self._session, self._tokenizer
+            return self._runner, self._tokenizer
 
-    def _load(self) -> tuple[onnxruntime.InferenceSession, Tokenizer]:
+    def _load(self, lanes: int) -> tuple[Runner, Tokenizer]:
         started = time.perf_counter()
         source = self._model_dir or bundled_minilm_path()
         _check_mean_pooling(source)
         exported = ensure_export(source, self._cache_dir, self._base_name, int8=self._int8)
-        session = _session(exported, self._batch_threads)
+        model = runner(self._engine, exported, lanes, self._batch_threads)
         tokenizer = _tokenizer(source, self._max_tokens)
-        width = _width(session, tokenizer)
+        width = _width(model, tokenizer)
         if self._dimension is not None and width != self._dimension:
             raise EmbeddingDimensionError(
                 f"{source} makes {width}-dimensional vectors; configured for {self._dimension}"
@@ -201,31 +218,13 @@ class OnnxEmbedder:
         # loads the models beside NATS and SQL); `memoryd up` says `embedding_model_ready`.
         log.debug(
             "embedding_model_loaded",
-            model=self._model_name,
-            runtime="onnx",
+            model=self.model_name,
+            runtime=self._engine,
             source=str(exported),
             dimension=width,
             seconds=round(time.perf_counter() - started, 2),
         )
-        return session, tokenizer
-
-
-def _session(exported: Path, threads: int = 1) -> onnxruntime.InferenceSession:
-    """Return a session that runs a batch on ``threads`` threads, the calling one included.
-
-    One for the workers' lanes (see the module's notes). Recall's queries come one or a few
-    at a time, where one thread leaves the other core idle: a LongMemEval question (35
-    tokens) took 7.5 ms on one thread and 5.4 ms on two (fp32, this 2-core machine), the
-    vectors the same to the bit. The helper thread sleeps between operators instead of
-    spinning, so under load it takes no core from the event loop.
-    """
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(str(exported), options, providers=["CPUExecutionProvider"])
+        return model, tokenizer
 
 
 def _tokenizer(model_dir: Path, max_tokens: int | None) -> Tokenizer:
@@ -238,15 +237,13 @@ def _tokenizer(model_dir: Path, max_tokens: int | None) -> Tokenizer:
     return tokenizer
 
 
-def _run(session: onnxruntime.InferenceSession, rows: Sequence[Sequence[int]]) -> Vectors:
+def _run(model: Runner, rows: Sequence[Sequence[int]]) -> Vectors:
     ids, mask = padded(rows)
-    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    hidden = session.run(["last_hidden_state"], feeds)[0]
-    return mean_pool(np.asarray(hidden, dtype=np.float32), mask)
+    return mean_pool(model(ids, mask), mask)
 
 
-def _width(session: onnxruntime.InferenceSession, tokenizer: Tokenizer) -> int:
-    return int(_run(session, [tokenizer.encode("width").ids]).shape[1])
+def _width(model: Runner, tokenizer: Tokenizer) -> int:
+    return int(_run(model, [tokenizer.encode("width").ids]).shape[1])
 
 
 def _read_json(path: Path) -> dict[str, Any]:
