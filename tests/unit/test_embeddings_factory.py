@@ -1,6 +1,7 @@
 """Tests for build_embedder."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
+import numpy as np
 import pytest
 
 from memoryd.shared.adapters.embeddings import (
@@ -9,7 +10,7 @@ from memoryd.shared.adapters.embeddings import (
     SentenceTransformerEmbedder,
     build_embedder,
 )
-from memoryd.shared.adapters.embeddings.runners import openvino_bf16
+from memoryd.shared.adapters.embeddings.runners import openvino_bf16, widened
 
 
 def test_local_kind_builds_minilm_on_openvino_without_loading_it() -> None:
@@ -63,3 +64,12 @@ def test_unknown_kind_is_refused_with_the_choices() -> None:
     """A misspelt kind names the kinds that exist."""
     with pytest.raises(ValueError, match="'local' or 'openai'"):
         build_embedder("lokal", batch_size=1)  # type: ignore[arg-type]
+
+
+def test_batches_widen_to_the_next_multiple_of_the_step_with_zeros() -> None:
+    """OpenVINO runs a batch padded to a multiple of 8 tokens (fewer shapes to prepare): the
+    added columns are zeros, so the mask leaves them out; a width on the step stays as it is."""
+    rows = np.array([[5, 6, 7], [9, 0, 0]], dtype=np.int64)
+
+    assert [[5, 6, 7, 0], [9, 0, 0, 0]] == widened(rows, 4).tolist()
+    assert rows is widened(rows, 3)

@@ -31,6 +31,10 @@ Hidden = npt.NDArray[np.float32]
 Runner = Callable[[Ids, Ids], Hidden]
 
 BF16 = "BF16"  # what OpenVINO's CPU plugin lists among its capabilities when it can use it
+# OpenVINO keeps what it prepared for each input shape it has run; batches padded to a multiple
+# of 8 tokens make far fewer shapes. Alone on 2,424 keys and 300 lone queries: 602 against 724
+# MB peak, the same 308-310 texts/s; the padding is masked, so the vectors stay the model's.
+WIDTH_STEP = 8
 
 
 def onnxruntime_runner(exported: Path, threads: int = 1) -> Runner:
@@ -59,6 +63,12 @@ def onnxruntime_runner(exported: Path, threads: int = 1) -> Runner:
     return run
 
 
+def widened(rows: Ids, step: int) -> Ids:
+    """Return ``rows`` right-padded with 0 to the next multiple of ``step`` columns."""
+    extra = -rows.shape[1] % step
+    return np.pad(rows, ((0, 0), (0, extra))) if extra else rows
+
+
 def openvino_bf16(core: openvino.Core | None = None) -> bool:
     """Say whether OpenVINO computes in bfloat16 on this machine's CPU."""
     import openvino
@@ -73,7 +83,8 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
     Each lane gets an infer request of its own (a request serves one call at a time) and a
     stream of ``threads`` threads: the workers' lanes run one-thread batches side by side,
     recall's one lane runs a lone question on two threads. Threads are not pinned to cores:
-    the event loop and the other lanes share them.
+    the event loop and the other lanes share them. Batches run padded to a multiple of
+    ``WIDTH_STEP`` tokens; the hidden states come back at the batch's own width.
     """
     import openvino
     import openvino.properties as props
@@ -94,11 +105,13 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
         requests.put(compiled.create_infer_request())
 
     def run(ids: Ids, mask: Ids) -> Hidden:
+        width = ids.shape[1]
+        ids, mask = widened(ids, WIDTH_STEP), widened(mask, WIDTH_STEP)
         request = requests.get()  # a lane's; more callers than lanes wait for one
         try:
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             # A copy: the result is the request's own buffer, which its next call overwrites.
-            return np.array(request.infer(feeds)[output], dtype=np.float32)
+            return np.array(request.infer(feeds)[output][:, :width], dtype=np.float32)
         finally:
             requests.put(request)
 
