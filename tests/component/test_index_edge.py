@@ -74,7 +74,7 @@ async def test_payloads_asked_in_ram_are_kept_there_also_in_a_shard_made_with_th
 
 
 def _set_payload_on_disk(folder: Path) -> Path:
-    """Mark the shard's stored config as an older memoryd wrote it; return the file."""
+    """Mark the shard's stored config as made with payloads on disk; return the file."""
     [stored] = list(folder.rglob("edge_config.json"))
     stored.write_text(json.dumps(_stored_config(stored) | {"on_disk_payload": True}))
     return stored
