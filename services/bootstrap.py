@@ -83,7 +83,7 @@ from memoryd.shared.adapters.embeddings import (
     SqlEmbeddingStore,
     build_embedder,
 )
-from memoryd.shared.adapters.embeddings.factory import engine_of
+from memoryd.shared.adapters.embeddings.factory import chosen_runtime, engine_of
 from memoryd.shared.adapters.index import Optimizing, SearchIndex, build_index
 from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
@@ -268,6 +268,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
         threads = settings.embedding_threads
         if role == "queries":
             threads = settings.query_threads or min(2, os.cpu_count() or 1)
+        runtime = chosen_runtime(runtime)
         return _local_model(runtime, role, settings.model_cache_dir, threads, max_tokens)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":

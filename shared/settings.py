@@ -140,11 +140,12 @@ class Settings(BaseSettings):
     embedding_kind: Literal["local", "openai"] = "local"
     embedding_model: str | None = None
     # How a local model runs its ONNX export: OpenVINO (bfloat16 where the CPU has it, ~1.8x
-    # fp32's rate here at 0.99999 cosine to fp32; float32 elsewhere), ONNX Runtime (`onnx`: the
-    # same vectors as torch), its int8 export (~2x, 0.993 cosine), or torch. bfloat16's and
-    # int8's vectors are cached under names of their own; points already in the index keep
-    # theirs until `memoryd replay` rebuilds it.
-    embedding_runtime: Literal["openvino", "onnx", "onnx-int8", "torch"] = "openvino"
+    # fp32's rate there at 0.99999 cosine to fp32; float32 elsewhere), ONNX Runtime (`onnx`: the
+    # same vectors as torch), its int8 export (~2x, 0.993 cosine), or torch; `auto`: OpenVINO
+    # where the CPU computes in bfloat16, ONNX Runtime elsewhere (as fast in fp32 on an AVX2
+    # CPU, ~230 MB less). bfloat16's and int8's vectors are cached under names of their own;
+    # points already in the index keep theirs until `memoryd replay` rebuilds it.
+    embedding_runtime: Literal["auto", "openvino", "onnx", "onnx-int8", "torch"] = "auto"
     # Threads one worker-side model call uses (local runtimes but torch; unset: every core).
     embedding_threads: int | None = Field(default=None, ge=1)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
@@ -166,7 +167,7 @@ class Settings(BaseSettings):
     # How recall's query model runs (a local model; unset: as ``embedding_runtime``). The
     # documents keep theirs: `onnx-int8` here embeds a question in ~4.3 ms against ~7.1 (fp32,
     # this machine), its vectors at 0.994 mean cosine to fp32's, and the index is not rebuilt.
-    query_embedding_runtime: Literal["openvino", "onnx", "onnx-int8", "torch"] | None = None
+    query_embedding_runtime: Literal["auto", "openvino", "onnx", "onnx-int8", "torch"] | None = None
     # Recall appends the segments it visited as one event per user per this many seconds
     # (0: one event per recall, which then waits for the append).
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)

@@ -128,7 +128,7 @@ async def test_the_int8_export_is_another_model_close_to_the_original(
 async def test_openvino_vectors_are_within_ten_thousandths_of_a_cosine_of_torchs(
     torch_minilm: SentenceTransformerEmbedder,
 ) -> None:
-    """The default engine: bfloat16 on a CPU that has it (a name of its own), fp32 elsewhere;
+    """OpenVINO: bfloat16 on a CPU that has it (a name of its own), fp32 elsewhere;
     either way every vector within 0.9998 cosine of torch's (the int8 export's: 0.9 at worst)."""
     openvino = OnnxEmbedder(engine="openvino")
     texts = [text for text in TEXTS if text]

@@ -1,6 +1,8 @@
 """Tests for build_embedder."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,13 +11,16 @@ from memoryd.shared.adapters.embeddings import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
+    factory,
 )
+from memoryd.shared.adapters.embeddings.factory import chosen_runtime
 from memoryd.shared.adapters.embeddings.runners import openvino_bf16, widened
 
 
-def test_local_kind_builds_minilm_on_openvino_without_loading_it() -> None:
-    """The local kind is the bundled MiniLM, 384 wide, on OpenVINO by default: its name says
-    bfloat16 where this CPU computes in it (another model's vectors), fp32's name elsewhere."""
+def test_local_kind_builds_minilm_without_loading_it() -> None:
+    """The local kind is the bundled MiniLM, 384 wide; by default on OpenVINO in bfloat16
+    where this CPU computes in it (another model's vectors, a name of their own), elsewhere on
+    ONNX Runtime under fp32's name."""
     embedder = build_embedder("local", batch_tokens=1024)
     name = "all-MiniLM-L6-v2-bf16" if openvino_bf16() else "all-MiniLM-L6-v2"
 
@@ -38,6 +43,28 @@ def test_the_torch_onnx_and_int8_runtimes_are_chosen_by_name() -> None:
     assert isinstance(torch_model, SentenceTransformerEmbedder)
     assert "all-MiniLM-L6-v2" == onnx_model.model_name == torch_model.model_name
     assert "all-MiniLM-L6-v2-int8" == int8_model.model_name
+
+
+def test_auto_is_openvino_where_the_cpu_has_bfloat16_and_onnx_runtime_elsewhere() -> None:
+    """``auto`` follows this CPU; a runtime asked for by name is kept as it is."""
+    expected = "openvino" if openvino_bf16() else "onnx"
+
+    assert expected == chosen_runtime("auto")
+    assert ["openvino", "onnx", "onnx-int8", "torch"] == [
+        chosen_runtime(name) for name in ("openvino", "onnx", "onnx-int8", "torch")
+    ]
+
+
+def test_auto_without_the_openvino_package_is_onnx_runtime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An install without openvino still starts with ``auto``: on ONNX Runtime."""
+    monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` raises ImportError
+    factory._auto.cache_clear()
+    try:
+        assert "onnx" == chosen_runtime("auto")
+    finally:
+        factory._auto.cache_clear()
 
 
 def test_the_int8_export_does_not_run_on_openvino() -> None:
