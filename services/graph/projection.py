@@ -24,6 +24,7 @@ from memoryd.services.graph.extraction import GraphSource, decide, item_of
 from memoryd.services.runtime.decisions import DecisionLog
 from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.services.runtime.sharing import interleaved
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm
 from memoryd.shared.adapters.sql import ledger
@@ -118,7 +119,7 @@ class GraphProjection:
         work = GraphWork(session)
         await _prefetch(work, extracted.values())
         triggers = {} if live else await self._triggers(session, batch)
-        for item in batch:
+        async for item in interleaved(batch):
             event = item.event
             if isinstance(event, TurnRecorded | MemoryRemembered):
                 work.store_item(item_row(event))
@@ -137,7 +138,7 @@ class GraphProjection:
         """Decide (and record) the extraction of every turn and memory, in log order."""
         return {
             item.event.event_id: await decide(self._llm, self._decisions, item.event)
-            for item in batch
+            async for item in interleaved(batch)
             if isinstance(item.event, TurnRecorded | MemoryRemembered)
         }
 

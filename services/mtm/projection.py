@@ -30,6 +30,7 @@ from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.held import HeldState
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.services.runtime.sharing import interleaved
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
@@ -149,12 +150,12 @@ class MtmProjection:
         )
         effects = Effects()
         vectors = await self._page_vectors(batch) if live else {}
-        for item in batch:
+        async for item in interleaved(batch):
             event = item.event
             if isinstance(event, SegmentsVisited):
                 visited = await fold_visited(state, event)
                 if live:
-                    for segment in visited:
+                    async for segment in interleaved(visited):
                         await self._maybe_promote(state, segment, event, effects)
             elif live and isinstance(event, PageEvicted):
                 await self._file(state, event, vectors[event.event_id], effects)

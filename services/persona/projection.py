@@ -17,6 +17,7 @@ from memoryd.services.runtime.decisions import DecisionLog, ask
 from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.notify import notification
 from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.services.runtime.sharing import interleaved
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import LlmFailure, MemoryLlm, OfflineExtractor, PageText
@@ -147,7 +148,7 @@ class PersonaProjection:
         other projection waited: 11 of the 28 s 3,000 turns took (`bench peers`).
         """
         answers = []
-        for event in events:
+        async for event in interleaved(events):
             if isinstance(event, SegmentPromoted) and event.event_id not in self._asked:
                 answer = await self._ask_llm(event)
                 self._asked[event.event_id] = answer
@@ -189,7 +190,7 @@ class PersonaProjection:
         personas: dict[UserKey, Persona] = {}
         extractions: list[PersonaExtracted] = []
         effects = Effects()
-        for item in batch:
+        async for item in interleaved(batch):
             extracted = await self._extraction_of(item.event, live)
             if extracted is None:
                 continue

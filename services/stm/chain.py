@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memoryd.services.runtime.decisions import DecisionLog, ask
 from memoryd.services.runtime.erasure import erase_rows, fold_with_erasures
 from memoryd.services.runtime.projection import Effects, Positioned
+from memoryd.services.runtime.sharing import interleaved
 from memoryd.services.stm.projection import conversation_of
 from memoryd.shared import subjects
 from memoryd.shared.adapters.llm import MemoryLlm, OfflineExtractor, PageText
@@ -153,7 +154,7 @@ class ChainProjection:
     ) -> Effects:
         """Fold turns; decide continuity and summary (live) or fold the decisions (replay)."""
         state = ChainBatch(session, self._capacity)
-        for item in batch:
+        async for item in interleaved(batch):
             event = item.event
             if isinstance(event, TurnRecorded):
                 rows = await state.conversation(conversation_of(event))

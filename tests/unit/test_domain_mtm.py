@@ -25,6 +25,7 @@ from memoryd.shared.domain.mtm import (
     heat,
     jaccard,
     open_segment,
+    promotion_heat,
     rank_pages,
     rank_segments,
     recency,
@@ -260,6 +261,20 @@ def test_a_much_visited_segment_is_not_promoted_on_every_page() -> None:
     visited = segment("s", n_visit=10, l_interaction=0)
     _, promoted = promotions(visited, 12, T0)
     assert [1, 6, 11] == promoted
+
+
+def test_visits_alone_never_promote_a_segment_with_no_new_page() -> None:
+    """Visits past tau with no page since the last promotion promote nothing; the next page
+    then promotes at once, the visits still counted."""
+    spent = after_promotion(segment("s", n_visit=3, l_interaction=6))
+    visited = spent
+    for _ in range(20):
+        visited = visit(visited, T0)
+    filed = file_page(visited, X, [], T0)
+
+    assert promotion_heat(visited, T0, DEFAULT_PARAMS) > DEFAULT_PARAMS.tau
+    assert not should_promote(visited, T0, DEFAULT_PARAMS)
+    assert should_promote(filed, T0, DEFAULT_PARAMS)
 
 
 def test_after_promotion_resets_the_interactions() -> None:
