@@ -238,6 +238,8 @@ def _local_model(
     cache_dir: Path | None,
     threads: int | None,
     max_tokens: int | None,
+    *,
+    nice: int = 0,
 ) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
@@ -254,6 +256,7 @@ def _local_model(
         batch_threads=batch_threads,
         cache_dir=cache_dir,
         max_tokens=max_tokens,
+        nice=nice,
     )
 
 
@@ -269,7 +272,8 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
         if role == "queries":
             threads = settings.query_threads or min(2, os.cpu_count() or 1)
         runtime = chosen_runtime(runtime)
-        return _local_model(runtime, role, settings.model_cache_dir, threads, max_tokens)
+        nice = settings.embedding_nice if role == "workers" else 0
+        return _local_model(runtime, role, settings.model_cache_dir, threads, max_tokens, nice=nice)
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model

@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     embedding_runtime: Literal["auto", "openvino", "onnx", "onnx-int8", "torch"] = "auto"
     # Threads one worker-side model call uses (local runtimes but torch; unset: every core).
     embedding_threads: int | None = Field(default=None, ge=1)
+    # Scheduling niceness of the workers' model lanes (Linux, ONNX Runtime): the event loop,
+    # recall's query model and nats-server get the cores first while turns are embedded.
+    embedding_nice: int = Field(default=10, ge=0, le=19)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
     embedding_base_url: str | None = None

@@ -3,7 +3,9 @@
 
 import asyncio
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +111,25 @@ async def test_a_query_computed_on_two_threads_has_the_vector_of_one() -> None:
             await one_thread.embed([query]), await two_threads.embed([query])
         )
     np.testing.assert_array_equal(await one_thread.embed(queries), await two_threads.embed(queries))
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread niceness is Linux's")
+async def test_lanes_at_a_lower_priority_run_every_batch_and_keep_the_vectors(
+    onnx_minilm: OnnxEmbedder,
+) -> None:
+    """With ``nice`` the batches run in the lanes, at that much lower priority than the
+    caller's thread, which keeps its own; the vectors are the model's."""
+    texts = ["I adopted a greyhound last month.", "hi"]
+    caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    lowered = OnnxEmbedder(threads=1, nice=5)
+
+    vectors = await lowered.embed(texts)
+
+    lanes = [t for t in threading.enumerate() if t.name.startswith("memoryd-model")]
+    niceness = {os.getpriority(os.PRIO_PROCESS, t.native_id) for t in lanes if t.native_id}
+    assert caller + 5 in niceness
+    assert caller == os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    np.testing.assert_allclose(await onnx_minilm.embed(texts), vectors, atol=1e-5)
 
 
 async def test_the_int8_export_is_another_model_close_to_the_original(

@@ -26,6 +26,7 @@ evenly. Measured on two cores, fp32, the keys of 1,500 LongMemEval turns in call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -87,6 +88,15 @@ def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
+def lowered(nice: int) -> None:
+    """Raise the calling thread's scheduling niceness by ``nice`` (Linux: per thread; where the
+    platform cannot, nothing changes)."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
 def padded(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Return token ids right-padded with 0 to the longest row, and the attention mask."""
     width = max(len(row) for row in rows)
@@ -101,7 +111,7 @@ def padded(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int64], npt.ND
 class OnnxEmbedder:
     """Embed texts with an exported sentence-transformers model, loaded on first use."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the model and how it runs, keyword-only)
         self,
         model: str | Path | None = None,
         *,
@@ -112,6 +122,7 @@ class OnnxEmbedder:
         cache_dir: Path | None = None,
         max_tokens: int | None = None,
         engine: Engine = "onnxruntime",
+        nice: int = 0,
     ) -> None:
         """Use the bundled MiniLM or the model folder ``model``; ``threads`` lanes per call.
 
@@ -119,6 +130,8 @@ class OnnxEmbedder:
         at the model's own limit, or at ``max_tokens`` if that is lower. ``batch_threads``
         threads compute one batch (see ``runners``): 1 for the workers' lanes; recall's
         lone queries wait less on 2. ``engine`` runs the export; int8 runs on ONNX Runtime.
+        ``nice`` > 0 runs every batch in the lanes at that scheduling niceness (Linux; see
+        ``lowered``): the threads that share the cores with them are served first.
         """
         if int8 and engine != "onnxruntime":
             raise ValueError("the int8 export runs on ONNX Runtime (engine='onnxruntime')")
@@ -129,6 +142,7 @@ class OnnxEmbedder:
         self._dimension: int | None = MINILM_DIMENSION if model is None else None
         self._int8 = int8
         self._threads = threads
+        self._nice = nice
         self._batch_threads = batch_threads
         self._max_tokens = max_tokens
         self.batch_tokens = batch_tokens
@@ -182,10 +196,10 @@ class OnnxEmbedder:
             return _run(model, [tokens[i] for i in batch])
 
         lanes = self._lanes
-        # One batch (a query, a few turns) runs here: handing it to a lane only adds a wait.
-        results = (
-            map(run, batches) if lanes is None or len(batches) == 1 else lanes.map(run, batches)
-        )
+        # One batch (a query, a few turns) runs here, unless the lanes run at a lower priority
+        # than this thread: handing it to a lane only adds a wait.
+        alone = lanes is None or (len(batches) == 1 and not self._nice)
+        results = map(run, batches) if alone else lanes.map(run, batches)  # type: ignore[union-attr]
         rows: list[Vectors | None] = [None] * len(texts)
         for batch, vectors in zip(batches, results, strict=True):
             for position, vector in zip(batch, vectors, strict=True):
@@ -197,8 +211,13 @@ class OnnxEmbedder:
             if self._runner is None or self._tokenizer is None:
                 lanes = self._threads or os.cpu_count() or 1
                 self._runner, self._tokenizer = self._load(lanes)
-                if lanes > 1:
-                    self._lanes = ThreadPoolExecutor(lanes, thread_name_prefix="memoryd-model")
+                if lanes > 1 or self._nice:
+                    self._lanes = ThreadPoolExecutor(
+                        lanes,
+                        thread_name_prefix="memoryd-model",
+                        initializer=lowered,
+                        initargs=(self._nice,),
+                    )
             return self._runner, self._tokenizer
 
     def _load(self, lanes: int) -> tuple[Runner, Tokenizer]:
