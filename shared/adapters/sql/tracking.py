@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, literal, or_, select
+from sqlalchemy import CompoundSelect, and_, bindparam, delete, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import (
@@ -102,17 +102,33 @@ async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list
     One consumer's batches commit one after the other in sequence order (its tracking row is
     locked), so a reader that asks from the last version it saw misses no user.
     """
-    u, v = user_versions.c, read_model_versions.c
-    after = [and_(u.consumer == name, u.sequence > sequence) for name, sequence in since.items()]
-    unfollowed = u.consumer.not_in(list(since))
-    users = select(u.consumer, u.owner, u.sequence, u.erased).where(or_(*after, unfollowed))
-    no_user = literal(None, u.owner.type), v.sequence, literal(False, u.erased.type)
-    consumers = select(v.consumer, *no_user)
-    rows = await session.execute(consumers.union_all(users))
+    names = tuple(since)
+    values = {f"since_{n}": sequence for n, sequence in enumerate(since.values())}
+    rows = await session.execute(_changes_statement(names), values)
     return [
         VersionRow(consumer, owner, int(sequence), bool(erased))
         for consumer, owner, sequence, erased in rows
     ]
+
+
+@lru_cache(maxsize=64)
+def _changes_statement(consumers: tuple[str, ...]) -> CompoundSelect[Any]:
+    """Return ``changes_since``'s statement for these consumers, the versions bound on execute.
+
+    Built once per set of consumers (it changes when a projection first commits): recall
+    reads the versions before every request. A read on 5,000 turns' read models (scratch,
+    500 reads, a slow machine) took 1.0-1.3 ms of CPU so against 2.4-3.0 ms building the
+    statement and its cache key each time.
+    """
+    u, v = user_versions.c, read_model_versions.c
+    after = [
+        and_(u.consumer == name, u.sequence > bindparam(f"since_{n}"))
+        for n, name in enumerate(consumers)
+    ]
+    unfollowed = u.consumer.not_in(list(consumers))
+    users = select(u.consumer, u.owner, u.sequence, u.erased).where(or_(*after, unfollowed))
+    no_user = literal(None, u.owner.type), v.sequence, literal(False, u.erased.type)
+    return select(v.consumer, *no_user).union_all(users)
 
 
 async def forget(session: AsyncSession, consumers: Sequence[str]) -> None:
