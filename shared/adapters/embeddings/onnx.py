@@ -31,7 +31,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,8 +130,8 @@ class OnnxEmbedder:
         at the model's own limit, or at ``max_tokens`` if that is lower. ``batch_threads``
         threads compute one batch (see ``runners``): 1 for the workers' lanes; recall's
         lone queries wait less on 2. ``engine`` runs the export; int8 runs on ONNX Runtime.
-        ``nice`` > 0 runs every batch in the lanes at that scheduling niceness (Linux; see
-        ``lowered``): the threads that share the cores with them are served first.
+        ``nice`` > 0 runs every batch in the lanes at that scheduling niceness (Linux, ONNX
+        Runtime; see ``lowered``): the threads that share the cores with them go first.
         """
         if int8 and engine != "onnxruntime":
             raise ValueError("the int8 export runs on ONNX Runtime (engine='onnxruntime')")
@@ -142,7 +142,9 @@ class OnnxEmbedder:
         self._dimension: int | None = MINILM_DIMENSION if model is None else None
         self._int8 = int8
         self._threads = threads
-        self._nice = nice
+        # ONNX Runtime computes a lane's batch on the lane's own thread; OpenVINO on threads
+        # of its own, which a lane's niceness would not reach.
+        self._nice = nice if engine == "onnxruntime" else 0
         self._batch_threads = batch_threads
         self._max_tokens = max_tokens
         self.batch_tokens = batch_tokens
@@ -198,8 +200,11 @@ class OnnxEmbedder:
         lanes = self._lanes
         # One batch (a query, a few turns) runs here, unless the lanes run at a lower priority
         # than this thread: handing it to a lane only adds a wait.
-        alone = lanes is None or (len(batches) == 1 and not self._nice)
-        results = map(run, batches) if alone else lanes.map(run, batches)  # type: ignore[union-attr]
+        results: Iterator[Vectors]
+        if lanes is None or (len(batches) == 1 and not self._nice):
+            results = map(run, batches)
+        else:
+            results = lanes.map(run, batches)
         rows: list[Vectors | None] = [None] * len(texts)
         for batch, vectors in zip(batches, results, strict=True):
             for position, vector in zip(batch, vectors, strict=True):
