@@ -4,8 +4,9 @@ Every component of `memoryd up` shares one event loop, and a projection folds a 
 coroutine: between two of its awaits that reach I/O nothing else runs. Recall's visits,
 folded every ten seconds, can promote dozens of segments at once, and the persona projection
 then extracts from each promotion's pages without once reaching I/O (the offline extractor
-and the decision log's publish do not wait): on a slow machine one such batch held the loop
-for 375 ms, and the recalls waiting behind it took up to 1.3 s (5,000 turns, one caller).
+and the decision log's publish do not wait): on a slow machine, profiled (py-spy slows it),
+one such batch held the loop for 375 ms and the recalls behind it took up to 1.3 s; unprofiled,
+recalls there came back in 120-350 ms bursts every ten seconds (5,000 turns, one caller).
 ``interleaved`` hands the loop over once ``SLICE_SECONDS`` of work have passed, so a waiting
 request runs within about that; the fold's own work is unchanged.
 """

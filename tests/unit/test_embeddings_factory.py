@@ -11,7 +11,6 @@ from memoryd.shared.adapters.embeddings import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     build_embedder,
-    factory,
 )
 from memoryd.shared.adapters.embeddings.factory import chosen_runtime
 from memoryd.shared.adapters.embeddings.runners import openvino_bf16, widened
@@ -60,11 +59,11 @@ def test_auto_without_the_openvino_package_is_onnx_runtime(
 ) -> None:
     """An install without openvino still starts with ``auto``: on ONNX Runtime."""
     monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` raises ImportError
-    factory._auto.cache_clear()
+    openvino_bf16.cache_clear()
     try:
         assert "onnx" == chosen_runtime("auto")
     finally:
-        factory._auto.cache_clear()
+        openvino_bf16.cache_clear()
 
 
 def test_the_int8_export_does_not_run_on_openvino() -> None:

@@ -1,6 +1,5 @@
 """Build an embedder from its kind and settings, for the composition roots."""
 
-import functools
 from typing import Any, Literal
 
 from .local import SentenceTransformerEmbedder
@@ -41,11 +40,8 @@ def chosen_runtime(runtime: LocalRuntime) -> LocalRuntime:
     against 17.5 ms, `memoryd up` at 1,000 turns 585 against 814 MB peak). Without the
     openvino package, ONNX Runtime.
     """
-    return _auto() if runtime == "auto" else runtime
-
-
-@functools.cache
-def _auto() -> LocalRuntime:
+    if runtime != "auto":
+        return runtime
     try:
         return "openvino" if openvino_bf16() else "onnx"
     except ImportError:

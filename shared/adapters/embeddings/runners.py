@@ -14,16 +14,14 @@ cosine (bfloat16 sums in another order). A lone 12-token question: 2.3 ms on two
 
 from __future__ import annotations
 
+import functools
 import queue
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    import openvino
 
 Engine = Literal["onnxruntime", "openvino"]
 Ids = npt.NDArray[np.int64]
@@ -70,11 +68,13 @@ def widened(rows: Ids, step: int) -> Ids:
     return np.pad(rows, ((0, 0), (0, extra))) if extra else rows
 
 
-def openvino_bf16(core: openvino.Core | None = None) -> bool:
-    """Say whether OpenVINO computes in bfloat16 on this machine's CPU."""
+@functools.cache
+def openvino_bf16() -> bool:
+    """Say whether OpenVINO computes in bfloat16 on this machine's CPU (asked once a process:
+    the runtime's choice, each model's name and each runner's precision all ask)."""
     import openvino
 
-    capabilities = (core or openvino.Core()).get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     return BF16 in capabilities
 
 
@@ -92,7 +92,7 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
     import openvino.properties.hint as hints
 
     core = openvino.Core()
-    precision = openvino.Type.bf16 if openvino_bf16(core) else openvino.Type.f32
+    precision = openvino.Type.bf16 if openvino_bf16() else openvino.Type.f32
     config: dict[str, Any] = {
         hints.inference_precision: precision,
         props.num_streams: lanes,
