@@ -368,6 +368,7 @@ async def _built_index(
             in_background=settings.index_optimize_in_background,
             quiet_points=settings.index_optimize_quiet_points,
             quiet_seconds=settings.index_optimize_quiet_seconds,
+            latest_seconds=settings.index_optimize_latest_seconds,
         ),
         segment_points=settings.index_segment_points,
         payloads_in_ram=settings.index_payloads_in_ram,

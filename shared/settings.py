@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     index_optimize_in_background: bool = True
     index_optimize_quiet_points: int = Field(default=7_000, ge=1)
     index_optimize_quiet_seconds: float = Field(default=10.0, gt=0)
+    # Searches hold the quiet spell's optimisation off, but no later than this after the last
+    # write: a scope searched without pause would otherwise stay a scan.
+    index_optimize_latest_seconds: float = Field(default=30.0, gt=0)
     # Edge segments stop growing at about this many points: an optimisation then indexes only
     # the new points (~3 s for 20,000 turns' points here) instead of rebuilding one segment of
     # everything (11 s at 61,000 points, growing), and Edge holds the GIL while it runs.
@@ -272,6 +275,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MEMORYD_EMBEDDING_KIND=openai needs MEMORYD_EMBEDDING_BASE_URL (the endpoint, "
                 "e.g. https://api.openai.com/v1) and MEMORYD_EMBEDDING_DIMENSION (its width)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _latest_optimisation_after_the_quiet_spell(self) -> Settings:
+        if self.index_optimize_latest_seconds < self.index_optimize_quiet_seconds:
+            raise ValueError(
+                "MEMORYD_INDEX_OPTIMIZE_LATEST_SECONDS must be at least "
+                "MEMORYD_INDEX_OPTIMIZE_QUIET_SECONDS (the quiet spell it bounds)"
             )
         return self
 

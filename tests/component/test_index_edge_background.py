@@ -10,6 +10,7 @@ from typing import Any
 from uuid import uuid4
 
 import numpy as np
+import pytest
 import qdrant_edge as qe
 from structlog.testing import capture_logs
 
@@ -147,6 +148,65 @@ async def test_searches_hold_the_quiet_spells_optimisation_until_they_pause(
         await index.close()
     assert not copied_while_searched
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+
+
+async def test_searches_without_a_pause_hold_it_off_no_later_than_latest_seconds(
+    tmp_path: Path,
+) -> None:
+    """A scope searched without a pause would otherwise stay a scan for as long as it is
+    searched: ``latest_seconds`` after the last write the optimisation starts regardless,
+    and the searches beside it are answered."""
+    ann = ScopeFilter(tenant="acme", user_id="ann")
+    query = _points(1, seed=9)[0].dense
+    with capture_logs() as logs:
+        index = await _filled(
+            tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3, latest_seconds=1.0
+        )
+        written = asyncio.get_running_loop().time()
+        started_at = None
+        for _ in range(600):  # searches 0.05 s apart, up to ~30 s: never a 0.3 s pause
+            await index.search_dense(query, ann, 5)
+            if started_at is None and (tmp_path / "gen-1").exists():  # a build begins by copying
+                started_at = asyncio.get_running_loop().time() - written
+            if _optimized(logs):
+                break
+            await asyncio.sleep(0.05)
+        found = await index.search_dense(query, ann, 5)
+        await index.close()
+    assert started_at is not None
+    assert 0.9 <= started_at  # not before the latest: the searches did hold it off
+    assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+    assert _optimized(logs)[0]["indexed_vectors"] >= BUILT
+    assert len(found) == 5
+
+
+async def test_points_a_run_before_left_unindexed_are_optimised_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """An index reopened with points outside any HNSW (the run before stopped before its
+    quiet spell) optimises after one, with no write in this run."""
+    first = await _filled(
+        tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=60.0, latest_seconds=60.0
+    )
+    await first.close()
+    policy = Optimizing(in_background=True, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2)
+    with capture_logs() as logs:
+        index = EdgeSearchIndex(tmp_path, DIM, optimizing=policy)
+        await index.ensure_collection()
+        for _ in range(600):  # up to 60 s
+            if _optimized(logs):
+                break
+            await asyncio.sleep(0.1)
+        count = await index.count(ACME)
+        await index.close()
+    assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+    assert BUILT == count
+
+
+def test_the_latest_cannot_come_before_the_quiet_spell() -> None:
+    """A bound shorter than the spell it bounds is refused at once, naming both."""
+    with pytest.raises(ValueError, match=r"latest_seconds .* quiet_seconds"):
+        Optimizing(in_background=True, quiet_seconds=10.0, latest_seconds=5.0)
 
 
 async def test_a_home_from_before_generations_moves_into_one(tmp_path: Path) -> None:
