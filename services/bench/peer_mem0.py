@@ -27,6 +27,7 @@ from memoryd.services.bench.peers import (
     LIMIT,
     Figures,
     PeerOptions,
+    TreeRss,
     load_workload,
     measure_phases,
     progress,
@@ -192,9 +193,12 @@ async def _measure_in(folder: Path, options: PeerOptions, spawned_at: float) -> 
 
 async def measure(options: PeerOptions, spawned_at: float) -> Figures:
     """Run the phases on a fresh mem0; cold start counts from the parent spawning this process."""
-    with tempfile.TemporaryDirectory(prefix="memoryd-peers-mem0-") as folder:
+    with (
+        TreeRss(os.getpid()) as sampled,
+        tempfile.TemporaryDirectory(prefix="memoryd-peers-mem0-") as folder,
+    ):
         figures = await _measure_in(Path(folder), options, spawned_at)
-    return figures | tree_peak_rss_mb(os.getpid())
+    return figures | tree_peak_rss_mb(os.getpid()) | {"peak_rss_sampled_mb": sampled.peak_mb}
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from memoryd.services.bench.peers import (
     LIMIT,
     Figures,
     PeerOptions,
+    TreeRss,
     Workload,
     load_workload,
     measure_phases,
@@ -179,12 +180,19 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> Figures:
-    client, cold_start = await first_answer(up)
-    progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
-    await _warm_up(client)
-    figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
-    await client.close()
-    return {"cold_start_s": cold_start, **figures, **tree_peak_rss_mb(up.process.pid)}
+    with TreeRss(up.process.pid) as sampled:
+        client, cold_start = await first_answer(up)
+        progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
+        await _warm_up(client)
+        figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
+        await client.close()
+        peaks = tree_peak_rss_mb(up.process.pid)
+    return {
+        "cold_start_s": cold_start,
+        **figures,
+        **peaks,
+        "peak_rss_sampled_mb": sampled.peak_mb,
+    }
 
 
 def optimiser_peak_rss_mb(log: str) -> float:

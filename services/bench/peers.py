@@ -22,6 +22,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -41,6 +42,7 @@ __all__ = [
     "Figures",
     "Peer",
     "PeerOptions",
+    "TreeRss",
     "Workload",
     "asked_of",
     "command_line",
@@ -49,6 +51,7 @@ __all__ = [
     "load_workload",
     "measure_phases",
     "parse_vm_hwm_kb",
+    "parse_vm_rss_kb",
     "percentile",
     "queries",
     "ratio",
@@ -56,7 +59,9 @@ __all__ = [
     "render_markdown",
     "run_peers_bench",
     "side_main",
+    "tree_below",
     "tree_peak_rss_mb",
+    "tree_rss_mb",
 ]
 
 Side = Literal["memoryd", "mem0"]
@@ -92,6 +97,7 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("model_texts_per_s", "the model alone on those texts, memoryd stopped (texts/s)", False),
     ("pipeline_vs_model", "write rate x texts per turn / the model's own rate", False),
     ("peak_rss_mb", "peak RSS, process tree (MB)", True),
+    ("peak_rss_sampled_mb", "peak RSS, process tree, summed at each sample (MB)", True),
     ("peak_rss_main_mb", "peak RSS, the main process alone (MB)", False),
     ("peak_rss_optimiser_mb", "peak RSS, the index's optimising child, counted above (MB)", False),
     ("load1_start", "machine load average (1 min) at the side's start", False),
@@ -258,7 +264,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "answer also holds the 7 most recent turns as pages), mem0's results. "
         "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up`, its "
         "nats-server and the index's optimising child, from its log line, had it run; mem0: "
-        "the process that runs it).",
+        "the process that runs it): an upper bound, since those peaks need not coincide. "
+        "Summed at each sample: the tree's resident sets read together every 0.1 s, the "
+        "largest sum (what the tree held at once).",
         "",
     ]
     return "\n".join(lines)
@@ -302,8 +310,17 @@ def command_line(options: PeerOptions) -> str:
 
 def parse_vm_hwm_kb(status: str) -> int:
     """Return VmHWM (peak resident set, kB) from a /proc/<pid>/status text; 0 if absent."""
+    return _status_kb(status, "VmHWM:")
+
+
+def parse_vm_rss_kb(status: str) -> int:
+    """Return VmRSS (resident set now, kB) from a /proc/<pid>/status text; 0 if absent."""
+    return _status_kb(status, "VmRSS:")
+
+
+def _status_kb(status: str, field: str) -> int:
     for line in status.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field):
             return int(line.split()[1])
     return 0
 
@@ -338,6 +355,68 @@ def _peak_rss_mb(pid: int) -> float:
         return parse_vm_hwm_kb(Path(f"/proc/{pid}/status").read_text()) / 1024
     except OSError:
         return 0.0  # the process ended while we looked
+
+
+def tree_below(root: int) -> list[int]:
+    """Return ``root`` and every live process below it, from each thread's children list.
+
+    Cheaper than reading every process's parent (``_parents``): a sampler calls it often.
+    """
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                todo.extend(int(child) for child in children.read_text().split())
+            except OSError:
+                continue  # the thread or the process ended while we looked
+    return found
+
+
+def tree_rss_mb(root: int) -> float:
+    """Return the resident set of ``root`` and its descendants now, summed, in MB."""
+    total = 0
+    for pid in tree_below(root):
+        try:
+            total += parse_vm_rss_kb(Path(f"/proc/{pid}/status").read_text())
+        except OSError:
+            continue  # the process ended while we looked
+    return total / 1024
+
+
+class TreeRss:
+    """Sample a process tree's summed RSS in a thread; ``peak_mb`` is the largest sum seen.
+
+    The summed VmHWM (``tree_peak_rss_mb``) adds peaks that need not coincide: memoryd's
+    optimising child has exited before the service loads the generation it built. The sampled
+    sum is what the tree held at once, to within ``interval`` (a spike shorter than that can
+    be missed).
+    """
+
+    def __init__(self, root: int, interval: float = 0.1) -> None:
+        """Sample the tree of ``root`` every ``interval`` seconds once started."""
+        self._root, self._interval = root, interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="tree-rss", daemon=True)
+        self.peak_mb = 0.0
+
+    def __enter__(self) -> TreeRss:
+        """Start sampling."""
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Take a last sample and stop."""
+        self._stopped.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak_mb = max(self.peak_mb, tree_rss_mb(self._root))
+            if self._stopped.wait(self._interval):
+                self.peak_mb = max(self.peak_mb, tree_rss_mb(self._root))
+                return
 
 
 def tree_peak_rss_mb(root: int) -> Figures:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from memoryd.services.bench.peer_memoryd import (
 )
 from memoryd.services.bench.peers import (
     PeerOptions,
+    TreeRss,
     Workload,
     asked_of,
     build_report,
@@ -28,6 +32,7 @@ from memoryd.services.bench.peers import (
     latency_figures,
     load_workload,
     parse_vm_hwm_kb,
+    parse_vm_rss_kb,
     percentile,
     queries,
     ratio,
@@ -35,7 +40,9 @@ from memoryd.services.bench.peers import (
     render_markdown,
     report_paths,
     table_rows,
+    tree_below,
     tree_peak_rss_mb,
+    tree_rss_mb,
 )
 from memoryd.services.cli import _parser, _peer_options
 from memoryd.services.indexer.items import KeyOptions
@@ -356,3 +363,29 @@ def test_the_optimising_childs_peak_is_the_largest_its_log_lines_name() -> None:
     ]
     assert 322.0 == optimiser_peak_rss_mb("\n".join(lines))
     assert 0.0 == optimiser_peak_rss_mb('{"event": "edge_index.loaded"}')
+
+
+def test_vm_rss_is_read_from_a_status_text() -> None:
+    """The resident set now in kB, not the peak; 0 when the line is absent."""
+    status = "Name:\tpython\nVmHWM:\t  51200 kB\nVmRSS:\t  40000 kB\n"
+
+    assert 40_000 == parse_vm_rss_kb(status)
+    assert 0 == parse_vm_rss_kb("Name:\tkthreadd\n")
+
+
+def test_the_sampled_tree_counts_a_child_while_it_lives() -> None:
+    """A child holding ~200 MB while sampled adds to the tree's sampled peak; the tree is
+    found through the threads' children lists; once the child is gone it is not counted."""
+    hold = "import time; b = b'x' * (200 * 1024 * 1024); time.sleep(1.5)"
+    before = tree_rss_mb(os.getpid())
+    with TreeRss(os.getpid(), interval=0.05) as sampled:
+        child = subprocess.Popen([sys.executable, "-c", hold])
+        try:
+            time.sleep(1.0)
+            assert child.pid in tree_below(os.getpid())
+        finally:
+            child.wait(30)
+    after = tree_rss_mb(os.getpid())
+
+    assert sampled.peak_mb >= before + 150
+    assert after < before + 150
