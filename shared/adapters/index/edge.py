@@ -64,8 +64,8 @@ QUIET_POINTS = 7_000
 # the HNSW costs a search far less (its user's points there are found by the payload index).
 QUIET_SECONDS = 10.0
 # But not for ever: searches hold the quiet spell's optimisation off for at most this long after
-# the last write. One scope of 5,000 turns (15,000 points) searched without pause stayed a scan:
-# 50 callers got 151 recalls/s from it against 197-213 from the same folder optimised.
+# the last write. One scope of 5,000 turns (~12,100 points) searched without pause stayed a
+# scan: 50 callers got 176-189 recalls/s from it, 255-264 from the same folder optimised.
 LATEST_SECONDS = 30.0
 
 
