@@ -180,6 +180,33 @@ async def test_searches_without_a_pause_hold_it_off_no_later_than_latest_seconds
     assert len(found) == 5
 
 
+async def test_a_mostly_indexed_index_searched_without_a_pause_waits_past_the_latest(
+    tmp_path: Path,
+) -> None:
+    """Past the latest, a tail that is a small share of the index is left to the next pause:
+    a build costs the whole index, the tail costs a search its share. Once searches pause,
+    it starts."""
+    ann = ScopeFilter(tenant="acme", user_id="ann")
+    query = _points(1, seed=9)[0].dense
+    policy = {"every": 1_000_000, "quiet_points": 1_000, "quiet_seconds": 0.3}
+    index = await _filled(tmp_path, latest_seconds=0.6, **policy)
+    await index.optimize()  # here and now: every point so far in an HNSW
+    with capture_logs() as logs:
+        await index.upsert(_points(1_500, seed=6))  # 1,500 of 8,500 outside any HNSW
+        for _ in range(40):  # 2 s of searches 0.05 s apart: past the latest, never a pause
+            await index.search_dense(query, ann, 5)
+            await asyncio.sleep(0.05)
+        # A build begins by copying; one that found nothing to change is gone, but logged.
+        built_while_searched = (tmp_path / "gen-1").exists() or bool(_optimized(logs))
+        for _ in range(600):  # up to 60 s
+            if _optimized(logs):
+                break
+            await asyncio.sleep(0.1)
+        await index.close()
+    assert not built_while_searched
+    assert ["child_process"] == [o["where"] for o in _optimized(logs)]
+
+
 async def test_points_a_run_before_left_unindexed_are_optimised_after_a_restart(
     tmp_path: Path,
 ) -> None:

@@ -63,9 +63,10 @@ QUIET_POINTS = 7_000
 # (max 447 ms), and at the lowest CPU priority still to 34.9 and 64.0 ms; a tail left outside
 # the HNSW costs a search far less (its user's points there are found by the payload index).
 QUIET_SECONDS = 10.0
-# But not for ever: searches hold the quiet spell's optimisation off for at most this long after
-# the last write. One scope of 5,000 turns (~12,100 points) searched without pause stayed a
-# scan: 50 callers got 176-189 recalls/s from it, 255-264 from the same folder optimised.
+# But not for ever while most points are outside any HNSW: searches hold the quiet spell's
+# optimisation off for at most this long after the last write. One scope of 5,000 turns
+# (~12,100 points) searched without pause stayed a scan: 50 callers got 176-189 recalls/s from
+# it, 255-264 from the same folder optimised.
 LATEST_SECONDS = 30.0
 
 
@@ -76,7 +77,7 @@ class Optimizing:
     ``every``: after that many upserted points (None: only when asked). ``in_background``: in
     a child process on a copy, and also after ``quiet_seconds`` without a write or a search
     when at least ``quiet_points`` points are outside any HNSW; searches hold it off no later
-    than ``latest_seconds`` after the last write.
+    than ``latest_seconds`` after the last write while those are most of the points.
     """
 
     every: int | None = None
@@ -107,7 +108,8 @@ class EdgeSearchIndex:
     here and now (after a bulk load). With `Optimizing.every`, one runs after every that many
     upserted points; `Optimizing.in_background` (the service's way) runs those, and one after a
     quiet spell (`quiet_seconds` without a write or a read, `quiet_points` outside any HNSW;
-    reads postpone it to `latest_seconds` after the last write at most), in a child process on
+    reads postpone it to `latest_seconds` after the last write at most while most points are
+    outside an HNSW), in a child process on
     a copy of the shard (`edge_build`), since Edge holds the GIL while it optimises (2.2 s at
     12,620 points): the copy is loaded, the writes taken meanwhile replayed on it, and it
     replaces the shard. Writes run in a worker thread, one at a time; reads run
@@ -231,31 +233,38 @@ class EdgeSearchIndex:
 
         A write still under way is no quiet spell (it was armed when the write before it
         ended): that write arms the timer again when it ends. A read in the spell moves its
-        end to ``quiet_seconds`` after that read, but not past ``latest_seconds`` after the
-        last write.
+        end to ``quiet_seconds`` after that read, and past ``latest_seconds`` after the last
+        write only while most points are in an HNSW already: a search pays for the points
+        outside one in proportion to their share of its scope, a build in proportion to the
+        whole index (the child loads all of it, the service loads the result beside the old).
         """
         self._quiet = None
-        if self._writing.locked():
+        if self._writing.locked() or self._shard is None:
             return
         policy, now = self._optimizing, time.monotonic()
         pause = policy.quiet_seconds - (now - self._last_read)
         latest = policy.latest_seconds - (now - self._last_write)
+        loop = asyncio.get_running_loop()
         if pause > 0 and latest > 0:  # still searched: wait for a pause, or the latest
-            loop = asyncio.get_running_loop()
             self._quiet = loop.call_later(min(pause, latest), self._build_when_worth_it)
             return
-        if self._shard is not None and self._unindexed() >= self._optimizing.quiet_points:
-            self._build_in_background()
+        unindexed, points = self._unindexed()
+        if unindexed < policy.quiet_points:
+            return
+        if pause > 0 and 2 * unindexed < points:  # searched, and mostly indexed: wait
+            self._quiet = loop.call_later(pause, self._build_when_worth_it)
+            return
+        self._build_in_background()
 
-    def _unindexed(self) -> int:
-        """Return about how many points are outside any dense HNSW.
+    def _unindexed(self) -> tuple[int, int]:
+        """Return about how many points are outside any dense HNSW, and how many there are.
 
         Every point's BM25 vector counts as indexed (an inverted index in every segment), so
         what ``indexed_vectors`` lacks of two per point is the dense vectors not in an HNSW
         (a point with no BM25 term counts as one of them).
         """
         info = self._opened().info()
-        return max(0, 2 * info.points_count - info.indexed_vectors_count)
+        return max(0, 2 * info.points_count - info.indexed_vectors_count), info.points_count
 
     async def delete(self, ids: Sequence[UUID]) -> None:
         """Delete the points with these ids; unknown ids are ignored."""
