@@ -62,6 +62,22 @@ def _optimized(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [log for log in logs if log["event"] == "edge_index.optimized"]
 
 
+async def _until_optimized(logs: list[dict[str, Any]]) -> None:
+    """Return once an optimisation was logged, or after 60 s."""
+    for _ in range(600):
+        if _optimized(logs):
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _search_without_a_pause(index: EdgeSearchIndex, times: int, apart: float) -> None:
+    """Search ann's points ``times`` times, ``apart`` seconds apart."""
+    query = _points(1, seed=9)[0].dense
+    for _ in range(times):
+        await index.search_dense(query, ScopeFilter(tenant="acme", user_id="ann"), 5)
+        await asyncio.sleep(apart)
+
+
 async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path) -> None:
     """Upserts, deletes by id and by filter that land while the child works are in the index
     it switches to, and still there after reopening; the HNSW was built by the child."""
@@ -118,10 +134,7 @@ async def test_a_quiet_spell_starts_an_optimisation_in_the_background(tmp_path: 
     at Edge's own threshold: below it an optimisation would leave the segment unindexed."""
     with capture_logs() as logs:
         index = await _filled(tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2)
-        for _ in range(600):  # up to 60 s
-            if _optimized(logs):
-                break
-            await asyncio.sleep(0.1)
+        await _until_optimized(logs)
         await index.upsert(_points(10, seed=5))
         await asyncio.sleep(0.5)
         await index.close()
@@ -133,18 +146,11 @@ async def test_searches_hold_the_quiet_spells_optimisation_until_they_pause(
 ) -> None:
     """While searches come, a quiet spell of writes starts nothing: beside recall, the child
     took the cores its searches needed. Once they pause for ``quiet_seconds``, it starts."""
-    ann = ScopeFilter(tenant="acme", user_id="ann")
-    query = _points(1, seed=9)[0].dense
     with capture_logs() as logs:
         index = await _filled(tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3)
-        for _ in range(20):  # 2 s of searches, 0.1 s apart: no spell of 0.3 s in them
-            await index.search_dense(query, ann, 5)
-            await asyncio.sleep(0.1)
+        await _search_without_a_pause(index, 20, 0.1)  # 2 s: no spell of 0.3 s in them
         copied_while_searched = (tmp_path / "gen-1").exists()  # a build begins by copying
-        for _ in range(600):  # up to 60 s
-            if _optimized(logs):
-                break
-            await asyncio.sleep(0.1)
+        await _until_optimized(logs)
         await index.close()
     assert not copied_while_searched
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
@@ -186,22 +192,15 @@ async def test_a_mostly_indexed_index_searched_without_a_pause_waits_past_the_la
     """Past the latest, a tail that is a small share of the index is left to the next pause:
     a build costs the whole index, the tail costs a search its share. Once searches pause,
     it starts."""
-    ann = ScopeFilter(tenant="acme", user_id="ann")
-    query = _points(1, seed=9)[0].dense
     policy = {"every": 1_000_000, "quiet_points": 1_000, "quiet_seconds": 0.3}
     index = await _filled(tmp_path, latest_seconds=0.6, **policy)
     await index.optimize()  # here and now: every point so far in an HNSW
     with capture_logs() as logs:
         await index.upsert(_points(1_500, seed=6))  # 1,500 of 8,500 outside any HNSW
-        for _ in range(40):  # 2 s of searches 0.05 s apart: past the latest, never a pause
-            await index.search_dense(query, ann, 5)
-            await asyncio.sleep(0.05)
+        await _search_without_a_pause(index, 40, 0.05)  # 2 s: past the latest, never a pause
         # A build begins by copying; one that found nothing to change is gone, but logged.
         built_while_searched = (tmp_path / "gen-1").exists() or bool(_optimized(logs))
-        for _ in range(600):  # up to 60 s
-            if _optimized(logs):
-                break
-            await asyncio.sleep(0.1)
+        await _until_optimized(logs)
         await index.close()
     assert not built_while_searched
     assert ["child_process"] == [o["where"] for o in _optimized(logs)]
@@ -220,10 +219,7 @@ async def test_points_a_run_before_left_unindexed_are_optimised_after_a_restart(
     with capture_logs() as logs:
         index = EdgeSearchIndex(tmp_path, DIM, optimizing=policy)
         await index.ensure_collection()
-        for _ in range(600):  # up to 60 s
-            if _optimized(logs):
-                break
-            await asyncio.sleep(0.1)
+        await _until_optimized(logs)
         count = await index.count(ACME)
         await index.close()
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
