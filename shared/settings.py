@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     index_optimize_quiet_points: int = Field(default=7_000, ge=1)
     index_optimize_quiet_seconds: float = Field(default=10.0, gt=0)
     # Searches hold the quiet spell's optimisation off, but no later than this after the last
-    # write: a scope searched without pause would otherwise stay a scan.
+    # write while most points are outside any HNSW: a scope searched without pause would
+    # otherwise stay a scan. A smaller tail waits for a pause in searches.
     index_optimize_latest_seconds: float = Field(default=30.0, gt=0)
     # Edge segments stop growing at about this many points: an optimisation then indexes only
     # the new points (~3 s for 20,000 turns' points here) instead of rebuilding one segment of

@@ -108,12 +108,12 @@ class EdgeSearchIndex:
     here and now (after a bulk load). With `Optimizing.every`, one runs after every that many
     upserted points; `Optimizing.in_background` (the service's way) runs those, and one after a
     quiet spell (`quiet_seconds` without a write or a read, `quiet_points` outside any HNSW;
-    reads postpone it to `latest_seconds` after the last write at most while most points are
-    outside an HNSW), in a child process on
-    a copy of the shard (`edge_build`), since Edge holds the GIL while it optimises (2.2 s at
-    12,620 points): the copy is loaded, the writes taken meanwhile replayed on it, and it
-    replaces the shard. Writes run in a worker thread, one at a time; reads run
-    on the event loop, since the engine holds the GIL while it reads (see `_read`).
+    while most points are outside one, reads postpone it to `latest_seconds` after the last
+    write at most), in a child process on a copy of the shard (`edge_build`), since Edge holds
+    the GIL while it optimises (2.2 s at 12,620 points): the copy is loaded, the writes taken
+    meanwhile replayed on it, and it replaces the shard. Writes run in a worker thread, one at
+    a time; reads run on the event loop, since the engine holds the GIL while it reads (see
+    `_read`).
 
     `segment_points` bounds a segment's size (about that many points): without a bound the
     optimiser merged every new point into one segment and rebuilt its HNSW, so each pass
@@ -233,10 +233,11 @@ class EdgeSearchIndex:
 
         A write still under way is no quiet spell (it was armed when the write before it
         ended): that write arms the timer again when it ends. A read in the spell moves its
-        end to ``quiet_seconds`` after that read, and past ``latest_seconds`` after the last
-        write only while most points are in an HNSW already: a search pays for the points
-        outside one in proportion to their share of its scope, a build in proportion to the
-        whole index (the child loads all of it, the service loads the result beside the old).
+        end to ``quiet_seconds`` after that read, but no later than ``latest_seconds`` after
+        the last write while most points are outside any HNSW; when most are in one, reads
+        keep postponing it: a search pays for the points outside one in proportion to their
+        share of its scope, a build in proportion to the whole index (the child loads all of
+        it, the service loads the result beside the old).
         """
         self._quiet = None
         if self._writing.locked() or self._shard is None:
