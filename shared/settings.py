@@ -178,7 +178,8 @@ class Settings(BaseSettings):
     # Recall appends the segments it visited as one event per user per this many seconds
     # (0: one event per recall, which then waits for the append).
     recall_visit_interval_seconds: float = Field(default=10.0, ge=0)
-    # Users whose segments, persona and entity counts recall keeps decoded between writes.
+    # What recall keeps read between writes, every part of it in one bound: about seven
+    # entries a user asked (segments, persona, graph, their pages, conversation, ...).
     recall_cache_entries: int = Field(default=1_000, ge=1)
     # Segments (all users') recall keeps decoded beside their stored text, so a user's reload
     # after a write decodes only the segments the write changed (~3.5 KB each).

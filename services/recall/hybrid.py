@@ -545,7 +545,7 @@ class HybridRetriever:
         self._embedder = embedder
         self._sessions = sessions
         self.tuning = tuning
-        self._cache = cache or ReadCache()
+        self._cache = cache if cache is not None else ReadCache()
         self._graph_items = RowsByKey()
         self._derived = HitFields()
 

@@ -36,6 +36,7 @@ from memoryd.shared.domain.memories import keyword_score
 from memoryd.shared.settings import Settings
 from memoryd.shared.stores import memories as memories_store
 from memoryd.shared.stores import stm as stm_store
+from memoryd.shared.tasks import outcome_read
 
 log = structlog.get_logger(__name__)
 
@@ -159,12 +160,22 @@ class RecallService:
         self.retriever.start_query(request)
         at = await self.versions()
         self.cache.settle(at)
-        # The tiers run after the streams, not beside them: a query that names a hub is two
-        # texts (the dense stream's leaves the name out), and asked at once they would share
-        # one padded model call, whose vectors differ from a lone call's in the last bits:
-        # enough to move `memoryd bench retrieval` (recall_any@5 0.940 -> 0.937, measured).
-        reply = await self._hybrid(request, now, at)
-        reply, visited = await self.tiers.enrich(self.sessions, request, reply, now, at)
+        # The tiers' state is read beside the streams (SQL and decoding while the streams wait
+        # on the index and the model); the tiers' query is embedded after the streams, not
+        # beside them: a query that names a hub is two texts (the dense stream's leaves the
+        # name out), and asked at once they would share one padded model call, whose vectors
+        # differ from a lone call's in the last bits: enough to move `memoryd bench retrieval`
+        # (recall_any@5 0.940 -> 0.937, measured).
+        state = asyncio.ensure_future(self.tiers.read_state(self.sessions, request.scope, at))
+        try:
+            reply = await self._hybrid(request, now, at)
+            reply, visited = await self.tiers.enrich(
+                self.sessions, request, reply, now, at, state=state
+            )
+        finally:
+            if not state.done():  # the streams failed: nobody awaits the state
+                state.cancel()
+            state.add_done_callback(outcome_read)
         if visited is not None:
             await self.record(visited)
         return reply

@@ -8,7 +8,7 @@ as a segments-visited event for the caller to record, so heat is a fold of the l
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -317,6 +317,9 @@ async def _persona_view(session: AsyncSession, user: tuple[str, str]) -> Persona
     return PersonaView.of(persona, await load_provenance(session, persona_sources(persona)))
 
 
+# A user's tiers as recall ranks them: their segments and their persona.
+TierState = tuple[SegmentIndex, PersonaView]
+
 MTM, PERSONA, CHAIN = subjects.MTM_CONSUMER, subjects.PERSONA_CONSUMER, subjects.CHAIN_CONSUMER
 
 
@@ -332,7 +335,7 @@ class TierRecall:
     ) -> None:
         self._embedder = embedder
         self._params = params
-        self._cache = cache or ReadCache()
+        self._cache = cache if cache is not None else ReadCache()
         # A user's write changes a few of their segments: a reload decodes only those.
         self._segments = DecodedRows(Segment.from_json, decoded_segments)
         self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
@@ -354,15 +357,19 @@ class TierRecall:
         response: RecallResponse,
         now: datetime,
         at: Versions,
+        *,
+        state: Awaitable[TierState] | None = None,
     ) -> tuple[RecallResponse, SegmentsVisited | None]:
         """Add the tiers to ``response``; return it and the visit to record (None: none).
 
-        ``at`` holds the versions of the read models, read before this request read any.
+        ``at`` holds the versions of the read models, read before this request read any;
+        ``state``: the user's tiers as ``read_state`` began reading them (None: read here).
         """
-        self._segments.forget(at.erased)
         user = (request.scope.tenant, request.scope.user_id)
         pages = await self._with_chains(sessions, response.pages, at, user)
-        found = await self._find(sessions, request, at)
+        if state is None:
+            state = self.read_state(sessions, request.scope, at)
+        found = await self._find(sessions, request, at, await state)
         remaining = max(0, request.max_tokens - response.tokens)
         context, block, tokens = render_tiers(self._context(found, now), remaining)
         enriched = with_tiers(response, pages, context, block, tokens)
@@ -391,45 +398,56 @@ class TierRecall:
         return with_meta_chains(pages, chains)
 
     async def _find(
-        self, sessions: async_sessionmaker[AsyncSession], request: RecallRequest, at: Versions
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        request: RecallRequest,
+        at: Versions,
+        state: TierState,
     ) -> _Found:
-        """Read the user's segments and persona; rank the segments and read their pages."""
-        segments, persona = await self._state(sessions, request.scope, at)
+        """Rank the user's segments (``state``: theirs, with their persona) and read the
+        pages of the best."""
+        segments, persona = state
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
-        position, owner = at.of(MTM, (request.scope.tenant, request.scope.user_id))
-        pages = await self._pages(sessions, [entry.item.id for entry in top], position, owner)
+        user = (request.scope.tenant, request.scope.user_id)
+        pages = await self._pages(sessions, [entry.item.id for entry in top], user, at)
         return _Found(query_vec, top, pages, persona)
 
     async def _pages(
         self,
         sessions: async_sessionmaker[AsyncSession],
         segment_ids: Sequence[str],
-        position: int,
-        owner: str | None,
+        user: User,
+        at: Versions,
     ) -> list[_Page]:
-        """Return the segments' pages (of the user ``owner`` names, at their MTM version
-        ``position``), each segment's decoded once per write of the user's segments."""
-        held: dict[str, list[_Page]] = {}
-        missing = []
-        for segment_id in segment_ids:
-            found, pages = self._cache.lookup(MTM, ("pages", segment_id), position)
-            if found:
-                held[segment_id] = pages
-            else:
-                missing.append(segment_id)
+        """Return the pages of ``user``'s segments ``segment_ids``, each segment's decoded
+        once per write of the user's segments.
+
+        A user's pages are one cache entry (segment id -> pages, filled as queries reach
+        segments), so the entries a user takes do not grow with the queries asked: one entry
+        per segment had 100 users asking two queries each push one another out of 1,000.
+        """
+        position, owner = at.of(MTM, user)
+        found, held = self._cache.lookup(MTM, ("pages", user), position)
+        if not found:
+            held = {}
+            self._cache.keep(MTM, ("pages", user), position, held, owner)
+        missing = [segment_id for segment_id in segment_ids if segment_id not in held]
         if missing:
             async with sessions() as session:
-                loaded = await load_pages(session, missing)
-            for segment_id, pages in _by_segment(loaded).items():
-                self._cache.keep(MTM, ("pages", segment_id), position, pages, owner)
-                held[segment_id] = pages
-        return [page for segment_id in segment_ids for page in held.get(segment_id, [])]
+                loaded = _by_segment(await load_pages(session, missing))
+            held.update({segment_id: loaded.get(segment_id, []) for segment_id in missing})
+        return [page for segment_id in segment_ids for page in held[segment_id]]
 
-    async def _state(
+    async def read_state(
         self, sessions: async_sessionmaker[AsyncSession], scope: Scope, at: Versions
-    ) -> tuple[SegmentIndex, PersonaView]:
-        """Return the user's segments and persona, read and arranged once per tier write."""
+    ) -> TierState:
+        """Return the user's segments and persona, read and arranged once per tier write.
+
+        Recall begins it beside the search streams (it reads SQL and decodes, the streams
+        wait on the index and the model) and hands it to ``enrich``.
+        """
+        self._segments.forget(at.erased)
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.held(
             sessions, MTM, ("segments", user), lambda s: self._segment_index(s, user), at, user=user

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.services.mtm.projection import MtmProjection
-from memoryd.services.recall.cache import VersionFeed
+from memoryd.services.recall.cache import ReadCache, VersionFeed
 from memoryd.services.recall.tiers import TierRecall
 from memoryd.services.runtime.decisions import NoDecisions
 from memoryd.services.runtime.projection import Positioned, apply_once
@@ -42,7 +42,8 @@ class Stack:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
         self.worker = MtmProjection(NoDecisions(), NoDecisions(), NoDecisions(), DEFAULT_PARAMS)
-        self.tiers = TierRecall(HashEmbedder(32), DEFAULT_PARAMS)
+        self.cache = ReadCache()
+        self.tiers = TierRecall(HashEmbedder(32), DEFAULT_PARAMS, self.cache)
         self.feed = VersionFeed()
         self.sequence = 0
 
@@ -54,11 +55,12 @@ class Stack:
             batch.append(Positioned(event, self.sequence))  # type: ignore[arg-type]
         await apply_once(self.sessions, self.worker, batch, None)
 
-    async def pages_by_segment(self, user: str = "alice") -> dict[str, int]:
+    async def pages_by_segment(self, user: str = "alice", query: str = "bread") -> dict[str, int]:
         """Recall ``user``'s tiers; return each segment shown and its page count."""
-        request = RecallRequest(scope=scope(user), query="bread")
+        request = RecallRequest(scope=scope(user), query=query)
         empty = RecallResponse(pages=[], memories=[], context="", tokens=0)
         at = await self.feed.read(self.sessions)
+        self.cache.settle(at)  # as the recall service does
         answer, _ = await self.tiers.enrich(self.sessions, request, empty, T0, at)
         return {item.segment_id: item.page_count for item in answer.memoryos.segments}
 
@@ -94,3 +96,40 @@ async def test_an_erased_users_decoded_segments_leave_with_the_next_recall(
 
     assert (3, 1) == (held, stack.tiers.segments_held)
     assert {"a-bob": 1} == bobs
+
+
+async def test_the_entries_a_user_holds_do_not_grow_with_the_queries_asked(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Queries reaching other segments add their pages to the user's one entry: with an
+    entry per segment, 100 users asking two queries each pushed one another out of 1,000."""
+    stack = Stack(sessions)
+    await stack.fold(*(filed(n, f"s{n}") for n in range(1, 10)))
+    first = await stack.pages_by_segment(query="bread")
+    held = len(stack.cache)
+    reached = set(first)
+    for query in ("rye", "spelt", "sourdough", "barley", "oats"):
+        reached |= set(await stack.pages_by_segment(query=query))
+
+    assert 5 == len(first)
+    assert len(reached) > len(first)  # the queries reached other segments, with their pages
+    assert 0 < held == len(stack.cache)
+
+
+async def test_an_erased_users_tiers_leave_the_cache_recall_was_given(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The tiers keep what they read in the cache recall settles, even one given empty: an
+    erased user's segments, persona and pages leave it with the next recall of anyone."""
+    stack = Stack(sessions)
+    await stack.fold(filed(1, "a"), filed(2, "b"), filed(3, "a", user="bob"))
+    await stack.pages_by_segment("bob")
+    bobs = len(stack.cache)
+    await stack.pages_by_segment("alice")
+    both = len(stack.cache)
+
+    await stack.fold(UserErased(occurred_at=T0, scope=Scope(tenant="acme", user_id="alice")))
+    await stack.pages_by_segment("bob")
+
+    assert 0 < bobs < both
+    assert bobs == len(stack.cache)
