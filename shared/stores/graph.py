@@ -16,7 +16,19 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Row, Table, delete, false, func, select, true, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    String,
+    Table,
+    cast,
+    delete,
+    false,
+    func,
+    select,
+    true,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.index import ScopeFilter
@@ -97,15 +109,16 @@ async def scope_graph(session: AsyncSession, scope: ScopeFilter) -> ScopeGraph:
 
 async def scope_mentions(
     session: AsyncSession, scope: ScopeFilter
-) -> tuple[int, dict[str, list[uuid.UUID]]]:
-    """Return how many items the scope's graph holds, and the items that mention each entity."""
+) -> tuple[int, dict[str, list[str]]]:
+    """Return how many items the scope's graph holds, and the items that mention each entity
+    (their ids as text: ``ScopeGraph`` makes UUIDs of the ones a query reaches)."""
     total = await session.scalar(select(func.count()).where(_owner(graph_items, scope)))
     rows = await session.execute(
-        select(graph_mentions.c.name_key, graph_mentions.c.item_id)
+        select(graph_mentions.c.name_key, cast(graph_mentions.c.item_id, String))
         .where(_owner(graph_mentions, scope))
         .order_by(graph_mentions.c.name_key, graph_mentions.c.item_id)
     )
-    mentions: dict[str, list[uuid.UUID]] = defaultdict(list)
+    mentions: dict[str, list[str]] = defaultdict(list)
     for key, item_id in rows:
         mentions[key].append(item_id)
     return int(total or 0), dict(mentions)
