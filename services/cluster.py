@@ -177,6 +177,14 @@ class ComponentProcess:
             raise StartupError(f"{self.name} exited: see {self.log}")
         return http_ok(f"http://127.0.0.1:{self.metrics_port}/readyz")
 
+    def tail(self, lines: int = 20) -> str:
+        """Return the last ``lines`` lines of the process's log."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError as error:
+            return f"(unreadable: {error})"
+        return "\n".join(text.splitlines()[-lines:])
+
     def kill(self) -> None:
         """Kill the process at once (SIGKILL), as a crash would."""
         if self.process is not None and self.process.poll() is None:
@@ -242,9 +250,15 @@ class Topology:
         return processes
 
     async def wait_ready(self, timeout: float = 300.0) -> None:
-        """Wait until every process answers /readyz with 200."""
+        """Wait until every process answers /readyz with 200; one that does not in ``timeout``
+        seconds is named with the last lines of its log."""
+        deadline = time.monotonic() + timeout
         for name, process in self.processes.items():
-            await _until(process.ready, name, timeout)
+            try:
+                await _until(process.ready, name, max(0.0, deadline - time.monotonic()))
+            except TimeoutError as error:
+                ending = f"the end of {process.log}:\n{process.tail()}"
+                raise StartupError(f"{error}; {ending}") from error
 
     def process_env(self, name: str, metrics_port: int) -> dict[str, str]:
         """Return one process's environment: the cluster, the database, its own dirs and port."""

@@ -24,6 +24,8 @@ from memoryd.shared.settings import Settings
 from tests.conftest import _reset_database, unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+# Below pytest's own timeout (300 s), so a process that never gets ready is named with its log.
+STARTUP_SECONDS = 180.0
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ async def topology(
     await _reset_database(Settings(database_url=postgres_url))
     running = Topology(tmp_path_factory.mktemp("cluster"), postgres_url)
     try:
-        await running.start()
+        await running.start(timeout=STARTUP_SECONDS)
         yield running
     finally:
         await running.stop()

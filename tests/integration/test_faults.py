@@ -22,6 +22,8 @@ from memoryd.services.cluster import Topology
 from memoryd.shared.adapters.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+# Below pytest's own timeout (300 s), so a process that never gets ready is named with its log.
+STARTUP_SECONDS = 180.0
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,7 @@ async def topology(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[To
     await asyncio.to_thread(postgres.start)
     running = fault_topology(tmp_path_factory.mktemp("faults"), postgres)
     try:
-        await running.start()
+        await running.start(timeout=STARTUP_SECONDS)
         yield running
     finally:
         await running.stop()
