@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import json
 import signal
 import sys
@@ -532,6 +533,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     the setting to change, and exit status 2; no traceback.
     """
     args = _parser().parse_args(argv)
+    # `kill -USR1 <pid>` writes every thread's stack to stderr: where a process that does not
+    # answer is waiting (the topology does it to a process that never gets ready).
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         settings = Settings()
     except ValidationError as invalid:

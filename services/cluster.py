@@ -177,6 +177,16 @@ class ComponentProcess:
             raise StartupError(f"{self.name} exited: see {self.log}")
         return http_ok(f"http://127.0.0.1:{self.metrics_port}/readyz")
 
+    def dump_stacks(self, wait: float = 1.0) -> bool:
+        """Have the process write every thread's stack to its log (SIGUSR1, which `memoryd`
+        registers with faulthandler); return whether it was alive to be asked."""
+        if not self.running or not hasattr(signal, "SIGUSR1"):
+            return False
+        assert self.process is not None
+        self.process.send_signal(signal.SIGUSR1)
+        time.sleep(wait)  # faulthandler writes at once, from the signal handler
+        return True
+
     def tail(self, lines: int = 20) -> str:
         """Return the last ``lines`` lines of the process's log."""
         try:
@@ -257,7 +267,8 @@ class Topology:
             try:
                 await _until(process.ready, name, max(0.0, deadline - time.monotonic()))
             except TimeoutError as error:
-                ending = f"the end of {process.log}:\n{process.tail()}"
+                dumped = await asyncio.to_thread(process.dump_stacks)
+                ending = f"the end of {process.log}:\n{process.tail(200 if dumped else 20)}"
                 raise StartupError(f"{error}; {ending}") from error
 
     def process_env(self, name: str, metrics_port: int) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""A topology process that never gets ready is named, with the end of its log, within the wait."""
+"""A topology process that never gets ready is named within the wait, with the end of its log and
+where each of its threads waits (it is asked with SIGUSR1, as `memoryd` registers)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,32 @@ from memoryd.services.cluster import ComponentProcess, Topology
 from memoryd.shared.adapters.embedded_nats import free_port
 from memoryd.shared.settings import StartupError
 
+# What `memoryd` registers at start, then a start-up that never ends.
+STUCK = """
+import faulthandler, signal
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+print('edge_index.created', flush=True)
+def loading_the_models():
+    input()
+loading_the_models()
+"""
+
+
+def _spawn(code: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
 
 async def test_a_process_that_never_gets_ready_is_named_with_its_log(tmp_path: Path) -> None:
     log = tmp_path / "index-recall.log"
     # Alive, never answering /readyz: what a process stuck in its start-up looks like.
     stuck = ComponentProcess("index-recall", ("indexer", "recall"), {}, log, free_port())
-    with log.open("wb") as out:
-        stuck.process = subprocess.Popen(
-            [sys.executable, "-c", "print('edge_index.created', flush=True); input()"],
-            stdin=subprocess.PIPE,
-            stdout=out,
-        )
+    stuck.process = _spawn(STUCK, log)
     topology = Topology(tmp_path, "postgresql+asyncpg://unused")
     topology.processes["index-recall"] = stuck
     try:
@@ -35,3 +51,4 @@ async def test_a_process_that_never_gets_ready_is_named_with_its_log(tmp_path: P
     assert "index-recall not ready" in message
     assert "edge_index.created" in message
     assert str(log) in message
+    assert "loading_the_models" in message  # where it waits

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -68,13 +69,35 @@ def widened(rows: Ids, step: int) -> Ids:
     return np.pad(rows, ((0, 0), (0, extra))) if extra else rows
 
 
+_CORE: Any = None
+_CORE_LOCK = threading.Lock()
+_COMPILE_LOCK = threading.Lock()
+
+
+def openvino_core() -> Any:
+    """Return the process's one OpenVINO ``Core``, made on first use.
+
+    OpenVINO asks for one ``Core`` an application: its plugins load once and its methods are
+    thread-safe. The workers' and recall's models load in two threads at once at start-up,
+    and each made a ``Core`` of its own beside the one asked for bfloat16. A topology's
+    index-recall process was seen stuck in that start-up twice (a full test run, a CI run;
+    not reproduced in 147 starts since, alone or in a topology): one ``Core``, and one model
+    compiled at a time, as the vendor runs several models in a process.
+    """
+    import openvino  # ImportError where the package is not installed, every time asked
+
+    with _CORE_LOCK:
+        global _CORE
+        if _CORE is None:
+            _CORE = openvino.Core()
+        return _CORE
+
+
 @functools.cache
 def openvino_bf16() -> bool:
     """Say whether OpenVINO computes in bfloat16 on this machine's CPU (asked once a process:
     the runtime's choice, each model's name and each runner's precision all ask)."""
-    import openvino
-
-    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    capabilities = openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     return BF16 in capabilities
 
 
@@ -91,7 +114,6 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
     import openvino.properties as props
     import openvino.properties.hint as hints
 
-    core = openvino.Core()
     precision = openvino.Type.bf16 if openvino_bf16() else openvino.Type.f32
     config: dict[str, Any] = {
         hints.inference_precision: precision,
@@ -99,7 +121,8 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
         props.inference_num_threads: lanes * threads,
         hints.enable_cpu_pinning: False,
     }
-    compiled = core.compile_model(str(exported), "CPU", config)
+    with _COMPILE_LOCK:
+        compiled = openvino_core().compile_model(str(exported), "CPU", config)
     output = compiled.output("last_hidden_state")
     requests: queue.SimpleQueue[openvino.InferRequest] = queue.SimpleQueue()
     for _ in range(lanes):
