@@ -605,7 +605,13 @@ def recall_service(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
     params = memoryos_params(settings)
-    tiers = TierRecall(retrieval.query_embedder, params, cache, settings.recall_decoded_segments)
+    tiers = TierRecall(
+        retrieval.query_embedder,
+        params,
+        cache,
+        settings.recall_decoded_segments,
+        settings.recall_held_pages,
+    )
     admission = Admission.from_settings(settings)
     return RecallService(readers, retriever, tiers, record, admission, cache)
 

@@ -184,6 +184,9 @@ class Settings(BaseSettings):
     # Segments (all users') recall keeps decoded beside their stored text, so a user's reload
     # after a write decodes only the segments the write changed (~3.5 KB each).
     recall_decoded_segments: int = Field(default=20_000, ge=1)
+    # Filed pages (all users') recall keeps decoded, by segment and page count, so a visit
+    # (which moves a user's version, not their pages) reads none again.
+    recall_held_pages: int = Field(default=10_000, ge=1)
     # Recall requests one service process answers at once (each mostly waits on I/O), and
     # how many more may wait for a worker; past both, a request is refused ``overloaded``.
     recall_concurrency: int = Field(default=16, ge=1)

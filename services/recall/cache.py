@@ -251,6 +251,56 @@ class DecodedRows(Generic[T]):
             self._rows -= len(self._owners.pop(owner, {}))
 
 
+class CountedRows(Generic[T]):
+    """Each owner's rows in groups that only grow (a segment's filed pages), held while the
+    group's count stands: a group whose count moved, or that was never read, is read again.
+
+    A user's segments change with every visit recall records (their heat), which moves the
+    user's version and drops what the read cache held of them; a segment's pages change only
+    when one is filed, which counts up the segment's ``page_count``. So pages held here are
+    checked against the count, not the version. Past ``max_rows`` rows in all, the owners asked
+    least recently go; ``forget`` drops an owner (an erased user) at once.
+    """
+
+    def __init__(self, max_rows: int = 20_000) -> None:
+        """Hold at most ``max_rows`` rows (one owner's, at least)."""
+        self._max_rows = max_rows
+        self._owners: OrderedDict[str, dict[str, list[T]]] = OrderedDict()
+        self._rows = 0
+        self.read = 0  # groups read (for tests and figures)
+
+    def __len__(self) -> int:
+        """Return how many rows are held, of every owner."""
+        return self._rows
+
+    def held(self, owner: str, counts: Mapping[str, int]) -> dict[str, list[T]]:
+        """Return ``owner``'s groups held at the given counts (group -> rows; the others are to
+        be read and given to ``keep``)."""
+        groups = self._owners.get(owner)
+        if groups is None:
+            return {}
+        self._owners.move_to_end(owner)
+        return {
+            key: groups[key] for key, count in counts.items() if len(groups.get(key, ())) == count
+        }
+
+    def keep(self, owner: str, read: Mapping[str, list[T]]) -> None:
+        """Hold the groups just read of ``owner`` (replacing what was held of them)."""
+        groups = self._owners.setdefault(owner, {})
+        self._owners.move_to_end(owner)
+        for key, rows in read.items():
+            self._rows += len(rows) - len(groups.get(key, ()))
+            groups[key] = rows
+        self.read += len(read)
+        while self._rows > self._max_rows and len(self._owners) > 1:
+            self._rows -= sum(map(len, self._owners.popitem(last=False)[1].values()))
+
+    def forget(self, owners: Iterable[str]) -> None:
+        """Drop what is held of ``owners``."""
+        for owner in owners:
+            self._rows -= sum(map(len, self._owners.pop(owner, {}).values()))
+
+
 class ReadCache:
     """Values keyed by (consumer, key), each valid at the position it was read at: its user's
     version for a value of one user, else the consumer's."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from memoryd.services.recall.cache import DecodedRows, ReadCache, User, Versions
+from memoryd.services.recall.cache import CountedRows, DecodedRows, ReadCache, User, Versions
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.llm import OfflineExtractor, PageText
@@ -72,7 +72,11 @@ def with_meta_chains(pages: Sequence[PageItem], chains: Mapping[uuid.UUID, str])
 async def load_pages(session: AsyncSession, segment_ids: Sequence[str]) -> list[_Page]:
     """Return the filed pages of the given segments with their vectors."""
     rows = await mtm_store.segment_pages(session, segment_ids)
-    return [_Page(row, decode_vector(row["vector"])) for row in rows]
+    # The stored vector's text is dropped once decoded: recall holds pages between visits.
+    return [
+        _Page({k: v for k, v in row.items() if k != "vector"}, decode_vector(row["vector"]))
+        for row in rows
+    ]
 
 
 def _by_segment(pages: Sequence[_Page]) -> dict[str, list[_Page]]:
@@ -332,18 +336,30 @@ class TierRecall:
         params: MemoryOsParams,
         cache: ReadCache | None = None,
         decoded_segments: int = 20_000,
+        held_pages: int = 10_000,
     ) -> None:
         self._embedder = embedder
         self._params = params
         self._cache = cache if cache is not None else ReadCache()
         # A user's write changes a few of their segments: a reload decodes only those.
         self._segments = DecodedRows(Segment.from_json, decoded_segments)
+        self._filed: CountedRows[_Page] = CountedRows(held_pages)
         self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
 
     @property
     def segments_decoded(self) -> int:
         """Return how many stored segments recall has decoded (for tests and figures)."""
         return self._segments.decoded
+
+    @property
+    def pages_read(self) -> int:
+        """Return how many segments' pages recall has read (for tests and figures)."""
+        return self._filed.read
+
+    @property
+    def pages_held(self) -> int:
+        """Return how many filed pages recall holds."""
+        return len(self._filed)
 
     @property
     def segments_held(self) -> int:
@@ -410,34 +426,35 @@ class TierRecall:
         query_vec = await self._query_vector(request.query, segments, persona)
         top = await self._top_segments(query_vec, request.query, segments)
         user = (request.scope.tenant, request.scope.user_id)
-        pages = await self._pages(sessions, [entry.item.id for entry in top], user, at)
+        pages = await self._pages(sessions, [entry.item for entry in top], user)
         return _Found(query_vec, top, pages, persona)
 
     async def _pages(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        segment_ids: Sequence[str],
+        segments: Sequence[Segment],
         user: User,
-        at: Versions,
     ) -> list[_Page]:
-        """Return the pages of ``user``'s segments ``segment_ids``, each segment's decoded
-        once per write of the user's segments.
+        """Return the pages of ``user``'s ``segments``, each segment's read and decoded once
+        per page filed into it.
 
-        A user's pages are one cache entry (segment id -> pages, filled as queries reach
-        segments), so the entries a user takes do not grow with the queries asked: one entry
-        per segment had 100 users asking two queries each push one another out of 1,000.
+        Held apart from the read cache, by segment and page count: a visit recall records
+        moves the user's version (heat is a fold of the log) and drops their segments, but
+        files no page. At 200 segments of 5 pages, a question right after a visit took 6.3 ms
+        of tiers with its pages read again (1.6 ms with nothing changed); see
+        docs/performance.md "Session 31".
         """
-        position, owner = at.of(MTM, user)
-        found, held = self._cache.lookup(MTM, ("pages", user), position)
-        if not found:
-            held = {}
-            self._cache.keep(MTM, ("pages", user), position, held, owner)
-        missing = [segment_id for segment_id in segment_ids if segment_id not in held]
+        owner = tracking.owner_key(*user)
+        counts = {segment.id: segment.page_count for segment in segments}
+        held = self._filed.held(owner, counts)
+        missing = [segment.id for segment in segments if segment.id not in held]
         if missing:
             async with sessions() as session:
                 loaded = _by_segment(await load_pages(session, missing))
-            held.update({segment_id: loaded.get(segment_id, []) for segment_id in missing})
-        return [page for segment_id in segment_ids for page in held[segment_id]]
+            read = {segment_id: loaded.get(segment_id, []) for segment_id in missing}
+            self._filed.keep(owner, read)
+            held.update(read)
+        return [page for segment in segments for page in held[segment.id]]
 
     async def read_state(
         self, sessions: async_sessionmaker[AsyncSession], scope: Scope, at: Versions
@@ -448,6 +465,7 @@ class TierRecall:
         wait on the index and the model) and hands it to ``enrich``.
         """
         self._segments.forget(at.erased)
+        self._filed.forget(at.erased)
         user = (scope.tenant, scope.user_id)
         segments = await self._cache.held(
             sessions, MTM, ("segments", user), lambda s: self._segment_index(s, user), at, user=user

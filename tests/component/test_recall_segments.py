@@ -18,7 +18,7 @@ from memoryd.services.runtime.decisions import NoDecisions
 from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared.contracts import Scope
 from memoryd.shared.contracts.events import Event, UserErased
-from memoryd.shared.contracts.memoryos import PageFiled
+from memoryd.shared.contracts.memoryos import PageFiled, SegmentsVisited
 from memoryd.shared.contracts.recall import RecallRequest, RecallResponse
 from memoryd.shared.domain.memoryos import DEFAULT_PARAMS
 from tests.events import page_filed
@@ -96,6 +96,7 @@ async def test_an_erased_users_decoded_segments_leave_with_the_next_recall(
 
     assert (3, 1) == (held, stack.tiers.segments_held)
     assert {"a-bob": 1} == bobs
+    assert 1 == stack.tiers.pages_held  # bob's one page; alice's two left with her
 
 
 async def test_the_entries_a_user_holds_do_not_grow_with_the_queries_asked(
@@ -133,3 +134,34 @@ async def test_an_erased_users_tiers_leave_the_cache_recall_was_given(
 
     assert 0 < bobs < both
     assert bobs == len(stack.cache)
+
+
+async def test_a_visit_reads_no_pages_again_and_a_filed_page_reads_its_segment_again(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A visit recall records moves the user's version (their segments' heat) but files no
+    page: the pages held stay. A page filed into a segment reads that segment's pages again."""
+    stack = Stack(sessions)
+    await stack.fold(filed(1, "a"), filed(2, "b"), filed(3, "c"))
+
+    async def shown() -> set[str]:
+        request = RecallRequest(scope=scope("alice"), query="bread")
+        empty = RecallResponse(pages=[], memories=[], context="", tokens=0)
+        at = await stack.feed.read(stack.sessions)
+        stack.cache.settle(at)
+        answer, _ = await stack.tiers.enrich(stack.sessions, request, empty, T0, at)
+        return {page.query for page in answer.memoryos.segment_pages}
+
+    first = await shown()
+    read_first = stack.tiers.pages_read
+    segments = ("a-alice", "b-alice", "c-alice")
+    await stack.fold(SegmentsVisited(occurred_at=T0, scope=scope("alice"), segment_ids=segments))
+    after_visit = await shown()
+    read_after_visit = stack.tiers.pages_read
+    await stack.fold(filed(4, "b"))
+    after_filing = await shown()
+
+    assert {"q1", "q2", "q3"} == first == after_visit
+    assert (3, 3) == (read_first, read_after_visit)
+    assert {"q1", "q2", "q3", "q4"} == after_filing
+    assert 4 == stack.tiers.pages_read  # b's pages, read again
