@@ -440,9 +440,8 @@ class TierRecall:
 
         Held apart from the read cache, by segment and page count: a visit recall records
         moves the user's version (heat is a fold of the log) and drops their segments, but
-        files no page. At 200 segments of 5 pages, a question right after a visit took 6.3 ms
-        of tiers with its pages read again (1.6 ms with nothing changed); see
-        docs/performance.md "Session 31".
+        files no page (docs/performance.md "Session 31": reading the pages again was 3.3 ms
+        of a question right after a visit, 200 segments of 5 pages).
         """
         owner = tracking.owner_key(*user)
         counts = {segment.id: segment.page_count for segment in segments}

@@ -80,9 +80,9 @@ def openvino_core() -> Any:
     OpenVINO asks for one ``Core`` an application: its plugins load once and its methods are
     thread-safe. The workers' and recall's models load in two threads at once at start-up,
     and each made a ``Core`` of its own beside the one asked for bfloat16. A topology's
-    index-recall process was seen stuck in that start-up twice (a full test run, a CI run;
-    not reproduced in 147 starts since, alone or in a topology): one ``Core``, and one model
-    compiled at a time, as the vendor runs several models in a process.
+    index-recall process was seen stuck in that start-up once, and a CI run's topology timed
+    out waiting on a process the same way; not reproduced in ~300 starts since, alone or in a
+    topology. So: one ``Core``, and one model compiled at a time (~0.3 s more start-up here).
     """
     import openvino  # ImportError where the package is not installed, every time asked
 
