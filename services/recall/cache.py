@@ -262,7 +262,7 @@ class CountedRows(Generic[T]):
     least recently go; ``forget`` drops an owner (an erased user) at once.
     """
 
-    def __init__(self, max_rows: int = 20_000) -> None:
+    def __init__(self, max_rows: int = 10_000) -> None:
         """Hold at most ``max_rows`` rows (one owner's, at least)."""
         self._max_rows = max_rows
         self._owners: OrderedDict[str, dict[str, list[T]]] = OrderedDict()
