@@ -341,8 +341,9 @@ class TierRecall:
         self._embedder = embedder
         self._params = params
         self._cache = cache if cache is not None else ReadCache()
-        # A user's write changes a few of their segments: a reload decodes only those.
-        self._segments = DecodedRows(Segment.from_json, decoded_segments)
+        # A user's write changes a few of their segments: a reload decodes only those, and a
+        # visit's (heat alone) reuses the index's arrays.
+        self._segments = DecodedRows(Segment.from_json, SegmentIndex.of, decoded_segments)
         self._filed: CountedRows[_Page] = CountedRows(held_pages)
         self._keywords = OfflineExtractor()  # rules only: recall never calls an LLM
 
@@ -476,7 +477,7 @@ class TierRecall:
 
     async def _segment_index(self, session: AsyncSession, user: tuple[str, str]) -> SegmentIndex:
         states = await mtm_store.segment_states(session, *user)
-        return SegmentIndex.of(self._segments.values(tracking.owner_key(*user), states))
+        return self._segments.of(tracking.owner_key(*user), states)
 
     async def _query_vector(
         self, query: str, segments: SegmentIndex, persona: PersonaView

@@ -165,3 +165,30 @@ async def test_a_visit_reads_no_pages_again_and_a_filed_page_reads_its_segment_a
     assert (3, 3) == (read_first, read_after_visit)
     assert {"q1", "q2", "q3", "q4"} == after_filing
     assert 4 == stack.tiers.pages_read  # b's pages, read again
+
+
+async def test_after_a_visit_recall_shows_the_visited_segments_new_heat(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A visit changes no segment's vector or keywords (recall keeps the ranking's arrays), but
+    the segments shown carry the heat the visit gave them."""
+    stack = Stack(sessions)
+    await stack.fold(filed(1, "a"), filed(2, "b"), filed(3, "c"))
+
+    async def heats() -> dict[str, float]:
+        request = RecallRequest(scope=scope("alice"), query="bread")
+        empty = RecallResponse(pages=[], memories=[], context="", tokens=0)
+        at = await stack.feed.read(stack.sessions)
+        stack.cache.settle(at)
+        answer, _ = await stack.tiers.enrich(stack.sessions, request, empty, T0, at)
+        return {item.segment_id: item.heat for item in answer.memoryos.segments}
+
+    before = await heats()
+    visited = SegmentsVisited(occurred_at=T0, scope=scope("alice"), segment_ids=("b-alice",))
+    await stack.fold(visited)
+    after = await heats()
+
+    assert before.keys() == after.keys() == {"a-alice", "b-alice", "c-alice"}
+    assert after["b-alice"] == round(before["b-alice"] + DEFAULT_PARAMS.alpha, 6)
+    assert (after["a-alice"], after["c-alice"]) == (before["a-alice"], before["c-alice"])
+    assert 4 == stack.tiers.segments_decoded  # three, then the visited one again

@@ -17,6 +17,7 @@ from memoryd.shared.domain.mtm import (
     FilingTable,
     PageRef,
     Segment,
+    SegmentIndex,
     after_promotion,
     choose_segment,
     coldest,
@@ -447,6 +448,86 @@ def test_a_filing_table_kept_through_changes_chooses_as_a_fresh_one(
 
     page_vec = DIRECTIONS[page]
     assert choose_segment(page_vec, words, held.values(), 0.6) == kept.choose(page_vec, words, 0.6)
+
+
+# A reload of a user's segments: segment n visited (heat), given new keywords, moved to
+# another direction, or removed (when held).
+RELOADS = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=9),
+        st.sampled_from(["visit", "keywords", "vector", "remove"]),
+        st.sampled_from(range(len(DIRECTIONS))),
+        st.lists(st.sampled_from(WORDS), max_size=4),
+    ),
+    max_size=20,
+)
+
+
+@given(
+    SEGMENT_SHAPES,
+    RELOADS,
+    st.sampled_from(range(len(DIRECTIONS))),
+    st.lists(st.sampled_from(WORDS), max_size=3),
+)
+def test_an_index_built_from_the_one_before_ranks_as_a_fresh_one(
+    shapes: list[tuple[int, list[str]]],
+    reloads: list[tuple[int, str, int, list[str]]],
+    query: int,
+    words: list[str],
+) -> None:
+    """Each reload's index, made from the index before, ranks (scores, order, heat) as an
+    index built from the reloaded segments alone."""
+    held = {
+        f"s{n}": segment(f"s{n}", DIRECTIONS[d], tuple(keywords))
+        for n, (d, keywords) in enumerate(shapes[:10])
+    }
+    index = SegmentIndex.of(held.values())
+    for n, change, direction, keywords in reloads:
+        old = held.get(f"s{n}")
+        if old is None:
+            continue
+        if change == "remove":
+            del held[old.id]
+        elif change == "visit":
+            held[old.id] = visit(old, T0 + timedelta(hours=n))
+        elif change == "keywords":
+            held[old.id] = old.model_copy(update={"keywords": tuple(keywords)})
+        else:
+            held[old.id] = old.model_copy(update={"vector": DIRECTIONS[direction]})
+        index = SegmentIndex.of(held.values(), index)
+
+        fresh = SegmentIndex.of(held.values()).rank(DIRECTIONS[query], words, 10)
+        kept = index.rank(DIRECTIONS[query], words, 10)
+        assert [(e.score, e.item) for e in fresh] == [(e.score, e.item) for e in kept]
+
+
+def test_an_index_of_visited_segments_reuses_the_arrays_and_holds_the_new_heat() -> None:
+    segments = [segment("a", X, ("pasta",)), segment("b", Y, ("jazz",))]
+    before = SegmentIndex.of(segments)
+
+    after = SegmentIndex.of([visit(segments[0], T0 + timedelta(hours=1)), segments[1]], before)
+
+    assert after.matrix is before.matrix
+    assert after.postings is before.postings
+    assert 1 == after.rank(X, {"pasta"}, 1)[0].item.n_visit
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        [segment("a", Z, ("pasta",)), segment("b", Y, ("jazz",))],  # a vector
+        [segment("a", X, ("bread",)), segment("b", Y, ("jazz",))],  # keywords
+        [segment("b", Y, ("jazz",)), segment("a", X, ("pasta",))],  # the order
+        [segment("a", X, ("pasta",))],  # one removed
+    ],
+)
+def test_an_index_of_changed_segments_is_built_anew(changed: list[Segment]) -> None:
+    before = SegmentIndex.of([segment("a", X, ("pasta",)), segment("b", Y, ("jazz",))])
+
+    after = SegmentIndex.of(changed, before)
+
+    assert after.matrix is not before.matrix
+    assert SegmentIndex.of(changed).rank(X, {"pasta"}, 2) == after.rank(X, {"pasta"}, 2)
 
 
 def test_a_filing_table_refuses_a_vector_of_another_width() -> None:
