@@ -32,7 +32,6 @@ from memoryd.services.bench.peers import (
     measure_phases,
     progress,
     side_main,
-    tree_peak_rss_mb,
 )
 
 USER = "bench"
@@ -198,7 +197,7 @@ async def measure(options: PeerOptions, spawned_at: float) -> Figures:
         tempfile.TemporaryDirectory(prefix="memoryd-peers-mem0-") as folder,
     ):
         figures = await _measure_in(Path(folder), options, spawned_at)
-    return figures | tree_peak_rss_mb(os.getpid()) | {"peak_rss_sampled_mb": sampled.peak_mb}
+    return figures | sampled.figures()
 
 
 if __name__ == "__main__":

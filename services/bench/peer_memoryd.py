@@ -33,7 +33,6 @@ from memoryd.services.bench.peers import (
     measure_phases,
     progress,
     side_main,
-    tree_peak_rss_mb,
 )
 from memoryd.services.bootstrap import build_model, key_options
 from memoryd.services.indexer.items import KeyOptions, Upsert, plan
@@ -186,20 +185,14 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
         await _warm_up(client)
         figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
         await client.close()
-        peaks = tree_peak_rss_mb(up.process.pid)
-    return {
-        "cold_start_s": cold_start,
-        **figures,
-        **peaks,
-        "peak_rss_sampled_mb": sampled.peak_mb,
-    }
+    return {"cold_start_s": cold_start, **figures, **sampled.figures()}
 
 
 def optimiser_peak_rss_mb(log: str) -> float:
     """Return the largest peak RSS of the index's optimising child in a JSON log (0: none ran).
 
-    The child has exited by the time the process tree is read, so its peak comes from the
-    ``edge_index.optimized`` lines `memoryd up` logged.
+    From the ``edge_index.optimized`` lines `memoryd up` logged (a build it finished): shown
+    beside the tree's figures, which count the child from the sampler (``TreeRss``).
     """
     peaks = [0.0]
     for line in log.splitlines():
@@ -264,7 +257,7 @@ async def measure(options: PeerOptions, _parent_spawned_at: float) -> Figures:
         finally:
             stop(up.process)
         child = optimiser_peak_rss_mb((Path(folder) / "up.log").read_text(errors="replace"))
-    figures |= {"peak_rss_mb": figures["peak_rss_mb"] + child, "peak_rss_optimiser_mb": child}
+    figures["peak_rss_optimiser_mb"] = child
     alone = await model_alone(workload, options)
     share = pipeline_share(
         figures["write_msgs_per_s"], alone["keys_per_turn"], alone["model_texts_per_s"]

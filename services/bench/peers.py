@@ -46,7 +46,6 @@ __all__ = [
     "Workload",
     "asked_of",
     "command_line",
-    "descendants",
     "latency_figures",
     "load_workload",
     "measure_phases",
@@ -60,8 +59,8 @@ __all__ = [
     "run_peers_bench",
     "side_main",
     "tree_below",
-    "tree_peak_rss_mb",
     "tree_rss_mb",
+    "tree_status",
 ]
 
 Side = Literal["memoryd", "mem0"]
@@ -262,9 +261,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "by every projection; for mem0, when `add` returns. Results per search: memoryd's "
         "hybrid items (asked with 10 per session: every turn here is in one session; its "
         "answer also holds the 7 most recent turns as pages), mem0's results. "
-        "Peak RSS is VmHWM summed over the side's process tree (memoryd: `memoryd up`, its "
-        "nats-server and the index's optimising child, from its log line, had it run; mem0: "
-        "the process that runs it): an upper bound, since those peaks need not coincide. "
+        "Peak RSS is each process's VmHWM summed over every process seen in the side's tree, "
+        "sampled every 0.1 s (memoryd: `memoryd up`, its nats-server and the index's "
+        "optimising child, had it run, even one stopped with the service; mem0: the process "
+        "that runs it): an upper bound, since those peaks need not coincide. "
         "Summed at each sample: the tree's resident sets read together every 0.1 s, the "
         "largest sum (what the tree held at once).",
         "",
@@ -325,42 +325,10 @@ def _status_kb(status: str, field: str) -> int:
     return 0
 
 
-def descendants(parents: Mapping[int, int], root: int) -> list[int]:
-    """Return ``root`` and every process below it, given each process's parent."""
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _parents() -> dict[int, int]:
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process ended while we looked
-        parents[int(stat.parent.name)] = int(fields[1])
-    return parents
-
-
-def _peak_rss_mb(pid: int) -> float:
-    try:
-        return parse_vm_hwm_kb(Path(f"/proc/{pid}/status").read_text()) / 1024
-    except OSError:
-        return 0.0  # the process ended while we looked
-
-
 def tree_below(root: int) -> list[int]:
     """Return ``root`` and every live process below it, from each thread's children list.
 
-    Cheaper than reading every process's parent (``_parents``): a sampler calls it often.
+    Cheaper than reading every process's parent: a sampler calls it often.
     """
     found, todo = [], [root]
     while todo:
@@ -374,24 +342,32 @@ def tree_below(root: int) -> list[int]:
     return found
 
 
-def tree_rss_mb(root: int) -> float:
-    """Return the resident set of ``root`` and its descendants now, summed, in MB."""
-    total = 0
+def tree_status(root: int) -> dict[int, tuple[int, int]]:
+    """Return each live process of ``root``'s tree: pid -> (VmRSS, VmHWM) in kB."""
+    found = {}
     for pid in tree_below(root):
         try:
-            total += parse_vm_rss_kb(Path(f"/proc/{pid}/status").read_text())
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue  # the process ended while we looked
-    return total / 1024
+        found[pid] = (parse_vm_rss_kb(status), parse_vm_hwm_kb(status))
+    return found
+
+
+def tree_rss_mb(root: int) -> float:
+    """Return the resident set of ``root`` and its descendants now, summed, in MB."""
+    return sum(rss for rss, _ in tree_status(root).values()) / 1024
 
 
 class TreeRss:
-    """Sample a process tree's summed RSS in a thread; ``peak_mb`` is the largest sum seen.
+    """Sample a process tree every ``interval`` in a thread, from start to stop.
 
-    The summed VmHWM (``tree_peak_rss_mb``) adds peaks that need not coincide: memoryd's
-    optimising child has exited before the service loads the generation it built. The sampled
-    sum is what the tree held at once, to within ``interval`` (a spike shorter than that can
-    be missed).
+    ``peak_mb``: the largest resident set the tree held at once (summed at each sample: a
+    spike shorter than ``interval`` can be missed). ``summed_peaks_mb``: each process's own
+    peak (VmHWM, its last reading) summed over every process seen in the tree, those that
+    exited before the end included (memoryd's optimising child, a build stopped with the
+    service): an upper bound, since those peaks need not coincide. A process that lived less
+    than ``interval`` may go unseen. ``main_peak_mb``: the root's own peak.
     """
 
     def __init__(self, root: int, interval: float = 0.1) -> None:
@@ -399,6 +375,7 @@ class TreeRss:
         self._root, self._interval = root, interval
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="tree-rss", daemon=True)
+        self._peaks_kb: dict[int, int] = {}
         self.peak_mb = 0.0
 
     def __enter__(self) -> TreeRss:
@@ -411,21 +388,36 @@ class TreeRss:
         self._stopped.set()
         self._thread.join()
 
+    @property
+    def summed_peaks_mb(self) -> float:
+        """Return every process's peak seen, summed, in MB."""
+        return sum(self._peaks_kb.values()) / 1024
+
+    @property
+    def main_peak_mb(self) -> float:
+        """Return the root process's peak, in MB."""
+        return self._peaks_kb.get(self._root, 0) / 1024
+
+    def figures(self) -> Figures:
+        """Return the tree's figures: summed peaks, the largest sample, the root's peak."""
+        return {
+            "peak_rss_mb": self.summed_peaks_mb,
+            "peak_rss_sampled_mb": self.peak_mb,
+            "peak_rss_main_mb": self.main_peak_mb,
+        }
+
+    def _take(self) -> None:
+        status = tree_status(self._root)
+        for pid, (_, hwm) in status.items():
+            self._peaks_kb[pid] = max(self._peaks_kb.get(pid, 0), hwm)
+        self.peak_mb = max(self.peak_mb, sum(rss for rss, _ in status.values()) / 1024)
+
     def _sample(self) -> None:
         while True:
-            self.peak_mb = max(self.peak_mb, tree_rss_mb(self._root))
+            self._take()
             if self._stopped.wait(self._interval):
-                self.peak_mb = max(self.peak_mb, tree_rss_mb(self._root))
+                self._take()
                 return
-
-
-def tree_peak_rss_mb(root: int) -> Figures:
-    """Return the summed VmHWM of ``root`` and its descendants (an upper bound), and root's own.
-
-    In MB: ``peak_rss_mb`` for the tree, ``peak_rss_main_mb`` for ``root`` alone.
-    """
-    tree = sum(_peak_rss_mb(pid) for pid in descendants(_parents(), root))
-    return {"peak_rss_mb": tree, "peak_rss_main_mb": _peak_rss_mb(root)}
 
 
 # -- the phases every side goes through --------------------------------------------------------

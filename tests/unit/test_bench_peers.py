@@ -28,7 +28,6 @@ from memoryd.services.bench.peers import (
     asked_of,
     build_report,
     command_line,
-    descendants,
     latency_figures,
     load_workload,
     parse_vm_hwm_kb,
@@ -41,7 +40,6 @@ from memoryd.services.bench.peers import (
     report_paths,
     table_rows,
     tree_below,
-    tree_peak_rss_mb,
     tree_rss_mb,
 )
 from memoryd.services.cli import _parser, _peer_options
@@ -298,22 +296,6 @@ def test_vm_hwm_is_read_from_a_status_text() -> None:
     assert 0 == parse_vm_hwm_kb("Name:\tkthreadd\n")
 
 
-def test_descendants_walk_the_whole_tree_below_the_root() -> None:
-    """Children and grandchildren count; siblings and the parent of the root do not."""
-    parents = {1: 0, 10: 1, 11: 10, 12: 10, 13: 12, 20: 1}
-
-    assert [10, 11, 12, 13] == sorted(descendants(parents, 10))
-    assert [5] == descendants(parents, 5)
-
-
-def test_peak_rss_of_this_process_tree_holds_its_main_process() -> None:
-    """The tree's peak is at least the main process's own, and both are read from /proc."""
-    figures = tree_peak_rss_mb(os.getpid())
-
-    assert figures["peak_rss_main_mb"] > 0
-    assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"]
-
-
 def test_key_texts_are_the_indexers_distinct_keys_in_order() -> None:
     """A short turn gets a window with the next; first-person sentences are keys of their own;
     a composed window asks the model for nothing new."""
@@ -389,3 +371,18 @@ def test_the_sampled_tree_counts_a_child_while_it_lives() -> None:
 
     assert sampled.peak_mb >= before + 150
     assert after < before + 150
+
+
+def test_the_summed_peaks_count_a_child_that_exited_before_the_end() -> None:
+    """A child that held ~200 MB and exited while sampled (an index build stopped with the
+    service) stays in the summed peaks, which are then at least the largest sample; the root's
+    own peak is read too."""
+    hold = "import time; b = b'x' * (200 * 1024 * 1024); time.sleep(0.6)"
+    with TreeRss(os.getpid(), interval=0.05) as sampled:
+        subprocess.run([sys.executable, "-c", hold], check=True, timeout=30)
+        time.sleep(0.2)  # samples after the child exited
+    figures = sampled.figures()
+
+    assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"] + 150
+    assert figures["peak_rss_mb"] >= figures["peak_rss_sampled_mb"]
+    assert figures["peak_rss_main_mb"] > 0
