@@ -59,7 +59,6 @@ __all__ = [
     "run_peers_bench",
     "side_main",
     "tree_below",
-    "tree_rss_mb",
     "tree_status",
 ]
 
@@ -352,11 +351,6 @@ def tree_status(root: int) -> dict[int, tuple[int, int]]:
             continue  # the process ended while we looked
         found[pid] = (parse_vm_rss_kb(status), parse_vm_hwm_kb(status))
     return found
-
-
-def tree_rss_mb(root: int) -> float:
-    """Return the resident set of ``root`` and its descendants now, summed, in MB."""
-    return sum(rss for rss, _ in tree_status(root).values()) / 1024
 
 
 class TreeRss:

@@ -205,6 +205,51 @@ class VersionReads:
                 future.exception()  # retrieved: the waiters raise it, nobody logs it twice
 
 
+V = TypeVar("V")
+
+
+class ByOwner(Generic[V]):
+    """One value per owner, bounded by the rows all values hold: past ``max_rows``, the owners
+    asked least recently go (the last one put stays, however many rows it holds)."""
+
+    def __init__(self, max_rows: int, rows: Callable[[V], int]) -> None:
+        """Count a value's rows with ``rows``; hold at most ``max_rows`` rows."""
+        self._max_rows = max_rows
+        self._rows_of = rows
+        self._values: OrderedDict[str, V] = OrderedDict()
+        self.rows = 0
+
+    def get(self, owner: str) -> V | None:
+        """Return ``owner``'s value (None: none held), as the most recently asked."""
+        value = self._values.get(owner)
+        if value is not None:
+            self._values.move_to_end(owner)
+        return value
+
+    def take(self, owner: str) -> V | None:
+        """Remove and return ``owner``'s value (None: none held)."""
+        value = self._values.pop(owner, None)
+        if value is not None:
+            self.rows -= self._rows_of(value)
+        return value
+
+    def put(self, owner: str, value: V) -> None:
+        """Hold ``value`` as ``owner``'s (take the old one first), then keep to the bound."""
+        self._values[owner] = value
+        self.rows += self._rows_of(value)
+        while self.rows > self._max_rows and len(self._values) > 1:
+            self.rows -= self._rows_of(self._values.popitem(last=False)[1])
+
+    def forget(self, owners: Iterable[str]) -> None:
+        """Drop what is held of ``owners``."""
+        for owner in owners:
+            self.take(owner)
+
+
+# An owner's decoded rows: key -> (the text's hash, its value); and their arrangement.
+_Decoded = tuple[dict[Hashable, tuple[int, T]], A]
+
+
 class DecodedRows(Generic[T, A]):
     """Stored texts decoded once per text, grouped by owner and arranged: a reload decodes what
     changed and rearranges from the arrangement before.
@@ -233,19 +278,16 @@ class DecodedRows(Generic[T, A]):
         owner's, at least)."""
         self._decode = decode
         self._arrange = arrange
-        self._max_rows = max_rows
-        self._owners: OrderedDict[str, tuple[dict[Hashable, tuple[int, T]], A]] = OrderedDict()
-        self._rows = 0
+        self._owners: ByOwner[_Decoded[T, A]] = ByOwner(max_rows, lambda held: len(held[0]))
         self.decoded = 0  # texts decoded (for tests and figures)
 
     def __len__(self) -> int:
         """Return how many rows are held, of every owner."""
-        return self._rows
+        return self._owners.rows
 
     def of(self, owner: str, rows: Iterable[tuple[Hashable, str]]) -> A:
         """Return the arrangement of ``owner``'s rows ((key, text) pairs), decoded in order."""
-        before, last = self._owners.pop(owner, ({}, None))
-        self._rows -= len(before)
+        before, last = self._owners.take(owner) or ({}, None)
         now: dict[Hashable, tuple[int, T]] = {}
         for key, text in rows:
             digest = hash(text)
@@ -255,16 +297,12 @@ class DecodedRows(Generic[T, A]):
                 self.decoded += 1
             now[key] = held
         arranged = self._arrange([value for _, value in now.values()], last)
-        self._owners[owner] = (now, arranged)
-        self._rows += len(now)
-        while self._rows > self._max_rows and len(self._owners) > 1:
-            self._rows -= len(self._owners.popitem(last=False)[1][0])
+        self._owners.put(owner, (now, arranged))
         return arranged
 
     def forget(self, owners: Iterable[str]) -> None:
         """Drop what is held of ``owners``."""
-        for owner in owners:
-            self._rows -= len(self._owners.pop(owner, ({}, None))[0])
+        self._owners.forget(owners)
 
 
 class CountedRows(Generic[T]):
@@ -280,41 +318,31 @@ class CountedRows(Generic[T]):
 
     def __init__(self, max_rows: int = 10_000) -> None:
         """Hold at most ``max_rows`` rows (one owner's, at least)."""
-        self._max_rows = max_rows
-        self._owners: OrderedDict[str, dict[str, list[T]]] = OrderedDict()
-        self._rows = 0
+        self._owners: ByOwner[dict[str, list[T]]] = ByOwner(
+            max_rows, lambda groups: sum(map(len, groups.values()))
+        )
         self.read = 0  # groups read (for tests and figures)
 
     def __len__(self) -> int:
         """Return how many rows are held, of every owner."""
-        return self._rows
+        return self._owners.rows
 
     def held(self, owner: str, counts: Mapping[str, int]) -> dict[str, list[T]]:
         """Return ``owner``'s groups held at the given counts (group -> rows; the others are to
         be read and given to ``keep``)."""
-        groups = self._owners.get(owner)
-        if groups is None:
-            return {}
-        self._owners.move_to_end(owner)
+        groups = self._owners.get(owner) or {}
         return {
             key: groups[key] for key, count in counts.items() if len(groups.get(key, ())) == count
         }
 
     def keep(self, owner: str, read: Mapping[str, list[T]]) -> None:
         """Hold the groups just read of ``owner`` (replacing what was held of them)."""
-        groups = self._owners.setdefault(owner, {})
-        self._owners.move_to_end(owner)
-        for key, rows in read.items():
-            self._rows += len(rows) - len(groups.get(key, ()))
-            groups[key] = rows
+        self._owners.put(owner, (self._owners.take(owner) or {}) | dict(read))
         self.read += len(read)
-        while self._rows > self._max_rows and len(self._owners) > 1:
-            self._rows -= sum(map(len, self._owners.popitem(last=False)[1].values()))
 
     def forget(self, owners: Iterable[str]) -> None:
         """Drop what is held of ``owners``."""
-        for owner in owners:
-            self._rows -= sum(map(len, self._owners.pop(owner, {}).values()))
+        self._owners.forget(owners)
 
 
 class ReadCache:

@@ -40,7 +40,7 @@ from memoryd.services.bench.peers import (
     report_paths,
     table_rows,
     tree_below,
-    tree_rss_mb,
+    tree_status,
 )
 from memoryd.services.cli import _parser, _peer_options
 from memoryd.services.indexer.items import KeyOptions
@@ -353,6 +353,11 @@ def test_vm_rss_is_read_from_a_status_text() -> None:
 
     assert 40_000 == parse_vm_rss_kb(status)
     assert 0 == parse_vm_rss_kb("Name:\tkthreadd\n")
+
+
+def tree_rss_mb(root: int) -> float:
+    """Return the resident set of ``root``'s tree now, summed, in MB."""
+    return sum(rss for rss, _ in tree_status(root).values()) / 1024
 
 
 def test_the_sampled_tree_counts_a_child_while_it_lives() -> None:
