@@ -469,8 +469,7 @@ class MemoryClient:
             yield stored
             completed = True
         finally:
-            await stored.close(completed=completed)
-            await subscription.unsubscribe()
+            await stored.close(completed=completed)  # also unsubscribes
             if config.durable_name is None:
                 with contextlib.suppress(NotFoundError):
                     await self._js.delete_consumer(self._notify_stream, config.name)

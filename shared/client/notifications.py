@@ -207,23 +207,35 @@ class StreamNotifications:
         return len(self._buffer) + self._subscription.pending_msgs
 
     async def close(self, *, completed: bool) -> None:
-        """Acknowledge the last one taken when the app ``completed`` it; hand back the rest.
+        """End delivery; acknowledge the last one taken when the app ``completed`` it; hand back
+        the rest.
 
         The rest (the one taken when the app failed, and those fetched and never taken) are
         released at once, in order, so the next subscriber on the consumer gets them first
         instead of after the acknowledgement wait.
         """
+        await self._stop_delivery()
         if completed:
             await self._acknowledge_in_hand()
         elif self._in_hand is not None:
             self._buffer.appendleft(self._in_hand)
             self._in_hand = None
-        while self._subscription.pending_msgs:  # delivered, never handed to the app
-            with contextlib.suppress(TimeoutError):
-                self._buffer.append(await self._subscription.next_msg(timeout=0.1))
         for msg in self._buffer:
             await msg.nak()
         self._buffer.clear()
+
+    async def _stop_delivery(self) -> None:
+        """Unsubscribe the inbox, keeping every message the server sent into it before.
+
+        Handing messages back must come after: the server redelivers one handed back at once
+        to the inbox while it is subscribed, where nobody would take it any more (it would
+        come back only after the acknowledgement wait).
+        """
+        drained = asyncio.ensure_future(self._subscription.drain())  # type: ignore[no-untyped-call]
+        while not drained.done():  # the drain waits for its delivered messages to be taken
+            with contextlib.suppress(TimeoutError):
+                self._buffer.append(await self._subscription.next_msg(timeout=0.05))
+        await drained
 
     async def _acknowledge_in_hand(self) -> None:
         if self._in_hand is not None:
