@@ -422,7 +422,9 @@ class SegmentIndex:
     segments: tuple[Segment, ...]
     matrix: npt.NDArray[np.float32] | None
     sizes: npt.NDArray[np.int64]  # distinct keywords of each segment
-    postings: Mapping[str, npt.NDArray[np.int64]]  # keyword -> the segments holding it
+    # keyword -> the segments holding it: tuples, made into an index only for the query's few
+    # words (an array per keyword was 1.2 of the 2.8 ms that indexing 200 segments took)
+    postings: Mapping[str, tuple[int, ...]]
 
     @classmethod
     def of(cls, segments: Iterable[Segment], previous: SegmentIndex | None = None) -> SegmentIndex:
@@ -444,7 +446,7 @@ class SegmentIndex:
             held,
             np.stack([segment.vector for segment in held]) if held else None,
             np.array([len(words) for words in keyword_sets], dtype=np.int64),
-            {word: np.array(found, dtype=np.int64) for word, found in posted.items()},
+            {word: tuple(found) for word, found in posted.items()},
         )
 
     def indexes(self, segments: Sequence[Segment]) -> bool:
@@ -472,7 +474,7 @@ class SegmentIndex:
         for word in query:
             holding = self.postings.get(word)
             if holding is not None:
-                shared[holding] += 1
+                shared[list(holding)] += 1
         union = self.sizes + len(query) - shared
         jaccards = np.divide(
             shared, union, out=np.zeros(len(self.segments), dtype=np.float64), where=union > 0

@@ -326,3 +326,4 @@ async def test_graph_search_finds_only_the_owners_items_inside_the_filters(
     assert {("acme", "alice")} == {(hit.row["tenant"], hit.row["user_id"]) for hit in owned}
     assert ["s2"] == [hit.row["session_id"] for hit in in_s2]
     assert 2 == graph.counts["marta"]
+    assert 7 == graph.total  # alice's items, each counted once (not the other scopes')
