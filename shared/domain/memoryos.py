@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,8 +103,7 @@ def unit_vector(values: npt.ArrayLike) -> Vector:
 def _vector_from_wire(value: object) -> Vector:
     # Every stored segment, page and fact carries one: recall decodes a user's 200 segments
     # on their first question. The strict C decoder checks the alphabet that
-    # ``b64decode(validate=True)`` checks with a regular expression first, and a sum in
-    # float64 (which no float32 values can overflow) is finite exactly when every value is.
+    # ``b64decode(validate=True)`` checks with a regular expression first.
     if isinstance(value, str):
         array = np.frombuffer(binascii.a2b_base64(value, strict_mode=True), dtype=_WIRE_DTYPE)
     else:
@@ -114,7 +112,7 @@ def _vector_from_wire(value: object) -> Vector:
     vector = np.array(array, dtype=np.float32, copy=True)
     if vector.ndim != 1:
         raise ValueError(f"a vector must be one-dimensional, got shape {vector.shape}")
-    if not math.isfinite(vector.sum(dtype=np.float64)):
+    if not np.isfinite(vector).all():
         raise ValueError("a vector must hold finite numbers only")
     vector.flags.writeable = False
     return vector

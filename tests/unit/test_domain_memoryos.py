@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
@@ -124,13 +125,33 @@ def test_naive_times_are_refused() -> None:
         as_utc(datetime(2025, 1, 1))
 
 
+INFINITE_ON_THE_WIRE = base64.b64encode(np.array([1.0, np.inf], dtype="<f4").tobytes()).decode()
+
+
 @pytest.mark.parametrize(
-    "bad", ["not base64!", [[1.0, 2.0]], [float("nan"), 1.0]], ids=["base64", "matrix", "nan"]
+    "bad",
+    [
+        "not base64!",
+        "AACAPw==AACAPw==",  # data after the padding
+        [[1.0, 2.0]],
+        [float("nan"), 1.0],
+        [float("inf"), float("-inf")],
+        INFINITE_ON_THE_WIRE,
+    ],
+    ids=["base64", "padding", "matrix", "nan", "infinities", "infinite-wire"],
 )
 def test_bad_vectors_are_refused(bad: object) -> None:
-    """Malformed base64, a matrix or a NaN component fail validation."""
+    """Malformed base64, a matrix or a component that is not finite fail validation."""
     with pytest.raises(ValidationError):
         Sample(name="a", vector=bad, at=T0)
+
+
+def test_the_largest_finite_components_are_kept() -> None:
+    """Components at float32's limit are finite, and kept as they are."""
+    largest = float(np.finfo(np.float32).max)
+    sample = Sample(name="a", vector=[largest, largest, -largest], at=T0)
+
+    assert [largest, largest, -largest] == sample.vector.tolist()
 
 
 def test_stored_vector_is_read_only_and_the_callers_is_not() -> None:
