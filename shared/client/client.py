@@ -469,7 +469,8 @@ class MemoryClient:
             yield stored
             completed = True
         finally:
-            await stored.close(completed=completed)  # also unsubscribes
+            # Also unsubscribes; an unnamed consumer, deleted below, is not waited on.
+            await stored.close(completed=completed, resumable=config.durable_name is not None)
             if config.durable_name is None:
                 with contextlib.suppress(NotFoundError):
                     await self._js.delete_consumer(self._notify_stream, config.name)

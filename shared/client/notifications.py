@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -38,12 +39,10 @@ Start = Literal["new", "all"] | int | datetime
 
 # How long one wait for a delivery lasts before waiting again (it returns at once on one).
 FETCH_WAIT_SECONDS = 5.0
-# How often, and how far apart, a closing stream subscription asks whether the server still
-# delivers for its consumer before it acknowledges and hands back what it held.
+# How often, and how far apart, a closing durable subscription asks the server whether it
+# has settled (see ``StreamNotifications.close``), and how many "unbound" answers in a row.
 UNBIND_CHECKS = 50
 UNBIND_PAUSE_SECONDS = 0.01
-# Unbound on this many checks in a row: the first "unbound" answer came a moment before the
-# server stopped delivering (a message handed back right after it was lost 1 time in 300).
 UNBOUND_CONFIRMATIONS = 2
 log = structlog.get_logger(__name__)
 
@@ -214,17 +213,24 @@ class StreamNotifications:
         """Return how many notifications are delivered and held for the app, not taken yet."""
         return len(self._buffer) + self._subscription.pending_msgs
 
-    async def close(self, *, completed: bool) -> None:
+    async def close(self, *, completed: bool, resumable: bool = True) -> None:
         """End delivery; acknowledge the last one taken when the app ``completed`` it; hand back
         the rest.
 
         The rest (the one taken when the app failed, and those fetched and never taken) are
         released at once, in order, so the next subscriber on the consumer gets them first
-        instead of after the acknowledgement wait.
+        instead of after the acknowledgement wait. The server learns a moment late that the
+        inbox lost its subscriber, and a message it sends meanwhile (handed back, or made room
+        for by an acknowledgement) goes nowhere and waits out the acknowledgement wait: for a
+        ``resumable`` (durable) consumer, close first waits until everything sent is here, and
+        after unsubscribing, until the server says twice running that the consumer is unbound
+        (once was not enough: 1 loss in 300). An unnamed consumer is deleted after: no waits.
         """
-        with contextlib.suppress(NotFoundError):  # a consumer deleted meanwhile has none left
-            await self._settle()
+        if resumable:
+            await self._until(lambda info: (info.num_ack_pending or 0) <= self._here())
         await self._stop_delivery()
+        if resumable:
+            await self._until(lambda info: not info.push_bound, UNBOUND_CONFIRMATIONS)
         if completed:
             await self._acknowledge_in_hand()
         elif self._in_hand is not None:
@@ -234,50 +240,28 @@ class StreamNotifications:
             await msg.nak()
         self._buffer.clear()
 
-    async def _settle(self) -> None:
-        """Wait until every message the server counts as sent and unacknowledged is here (at
-        most ~0.5 s).
+    def _here(self) -> int:
+        """Return how many delivered messages this subscription holds, taken or not."""
+        return self.held() + (self._in_hand is not None)
 
-        Each acknowledgement makes room for one more delivery, which the server sends a moment
-        later: unsubscribed before it arrives, it would go nowhere and wait out the
-        acknowledgement wait. Once all are here and the room is taken, none is on its way.
-        """
-        for _ in range(UNBIND_CHECKS):
-            info = await self._subscription.consumer_info()
-            here = len(self._buffer) + self._subscription.pending_msgs + (self._in_hand is not None)
-            if (info.num_ack_pending or 0) <= here:
-                return
-            await asyncio.sleep(UNBIND_PAUSE_SECONDS)
+    async def _until(self, settled: Callable[[api.ConsumerInfo], bool], running: int = 1) -> None:
+        """Ask the consumer's info until ``settled`` holds ``running`` times in a row (at most
+        ``UNBIND_CHECKS`` asks, ~0.5 s); a consumer deleted meanwhile has nothing to wait for."""
+        held = 0
+        with contextlib.suppress(NotFoundError):
+            for _ in range(UNBIND_CHECKS):
+                held = held + 1 if settled(await self._subscription.consumer_info()) else 0
+                if held == running:
+                    return
+                await asyncio.sleep(UNBIND_PAUSE_SECONDS)
 
     async def _stop_delivery(self) -> None:
-        """Unsubscribe the inbox, keeping every message the server sent into it before.
-
-        Handing messages back must come after: the server redelivers one handed back at once
-        to the inbox while it is subscribed, where nobody would take it any more (it would
-        come back only after the acknowledgement wait).
-        """
+        """Unsubscribe the inbox, keeping every message the server sent into it before."""
         drained = asyncio.ensure_future(self._subscription.drain())  # type: ignore[no-untyped-call]
         while not drained.done():  # the drain waits for its delivered messages to be taken
             with contextlib.suppress(TimeoutError):
                 self._buffer.append(await self._subscription.next_msg(timeout=0.05))
         await drained
-        with contextlib.suppress(NotFoundError):
-            await self._unbound()
-
-    async def _unbound(self) -> None:
-        """Wait until the server no longer delivers for the consumer (at most ~0.5 s).
-
-        The server learns that the inbox lost its subscriber a moment after the unsubscribe:
-        a message it sends meanwhile (one an acknowledgement made room for, one handed back)
-        goes nowhere and waits out the acknowledgement wait. A resumed durable subscriber
-        missed some 3-4 times in 150 (nats-server 2.15) before this wait and ``_settle``.
-        """
-        unbound = 0
-        for _ in range(UNBIND_CHECKS):
-            unbound = 0 if (await self._subscription.consumer_info()).push_bound else unbound + 1
-            if unbound == UNBOUND_CONFIRMATIONS:
-                return
-            await asyncio.sleep(UNBIND_PAUSE_SECONDS)
 
     async def _acknowledge_in_hand(self) -> None:
         if self._in_hand is not None:
