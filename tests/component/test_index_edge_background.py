@@ -21,7 +21,7 @@ from memoryd.shared.adapters.index import (
     Optimizing,
     ScopeFilter,
 )
-from memoryd.shared.adapters.index.edge import edge_config
+from memoryd.shared.adapters.index.layout import edge_config
 
 DIM = 384  # Edge builds a segment's HNSW only past ~10,000 KB of vectors (~6,700 of these)
 ACME = ScopeFilter(tenant="acme")

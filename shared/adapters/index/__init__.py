@@ -1,17 +1,26 @@
-"""The hybrid search index: dense (cosine) and BM25 (sparse, IDF) search, scoped by tenant."""
+"""The hybrid search index: dense (cosine) and BM25 (sparse, IDF) search, scoped by tenant.
 
+The names below load on first use (PEP 562): a process that needs one module of the adapter
+(the optimising child runs ``edge_build`` alone) does not import the rest with the package.
+"""
+
+from __future__ import annotations
+
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
-from memoryd.shared.adapters.index.port import (
-    DenseVector,
-    Hit,
-    IndexPayload,
-    IndexPoint,
-    Kind,
-    ScopeFilter,
-    SearchIndex,
-)
+if TYPE_CHECKING:
+    from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
+    from memoryd.shared.adapters.index.port import (
+        DenseVector,
+        Hit,
+        IndexPayload,
+        IndexPoint,
+        Kind,
+        ScopeFilter,
+        SearchIndex,
+    )
 
 __all__ = [
     "DenseVector",
@@ -25,6 +34,26 @@ __all__ = [
     "SearchIndex",
     "build_index",
 ]
+
+# Where each public name lives.
+_MODULES = {
+    "EdgeSearchIndex": "edge",
+    "Optimizing": "edge",
+    **dict.fromkeys(
+        ("DenseVector", "Hit", "IndexPayload", "IndexPoint", "Kind", "ScopeFilter", "SearchIndex"),
+        "port",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import the module that holds ``name`` and return it (PEP 562)."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup skips this function
+    return value
 
 
 def build_index(
@@ -45,6 +74,8 @@ def build_index(
     and `collection` to a server only.
     """
     if url is None:
+        from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
+
         return EdgeSearchIndex(
             path,
             dimension,

@@ -17,8 +17,6 @@ from memoryd.shared.adapters.index.port import (
     ScopeFilter,
 )
 
-DENSE_VECTOR = "dense"
-SPARSE_VECTOR = "bm25"
 TEXT_KEY = "text"
 # A digest of everything a point stores (see ``stored_payload``); not a field of IndexPayload.
 DIGEST_KEY = "digest"

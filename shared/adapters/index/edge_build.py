@@ -25,6 +25,8 @@ from pathlib import Path
 
 import qdrant_edge as qe
 
+from memoryd.shared.adapters.index.layout import edge_config
+
 # Written by EdgeShard.create; its presence means the folder already holds a shard.
 CONFIG_FILE = "edge_config.json"
 _CURRENT = "CURRENT"
@@ -155,8 +157,6 @@ def indexing_threads(cores: int | None) -> int:
 
 def main() -> None:
     """Load the shard in the folder given, optimise it, flush and close it."""
-    from memoryd.shared.adapters.index.edge import edge_config
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("folder", type=Path)
     parser.add_argument("dimension", type=int)

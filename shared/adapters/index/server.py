@@ -10,10 +10,8 @@ import structlog
 from qdrant_client import AsyncQdrantClient, models
 
 from memoryd.shared.adapters.index._mapping import (
-    DENSE_VECTOR,
     DIGEST_KEY,
     KEYWORD_FIELDS,
-    SPARSE_VECTOR,
     TENANT_FIELD,
     TIME_FIELD,
     Condition,
@@ -28,6 +26,7 @@ from memoryd.shared.adapters.index._mapping import (
     stored_digests,
     stored_payload,
 )
+from memoryd.shared.adapters.index.layout import DENSE_VECTOR, SPARSE_VECTOR
 from memoryd.shared.adapters.index.port import DenseVector, Hit, IndexPoint, ScopeFilter
 from memoryd.shared.adapters.index.sparse import (
     DEFAULT_AVG_LEN,
