@@ -1,7 +1,9 @@
 """Tests for build_embedder."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,15 @@ from memoryd.shared.adapters.embeddings import (
     build_embedder,
 )
 from memoryd.shared.adapters.embeddings.factory import chosen_runtime
-from memoryd.shared.adapters.embeddings.runners import openvino_bf16, widened
+from memoryd.shared.adapters.embeddings.runners import (
+    cpu_flags,
+    cpu_may_compute_bf16,
+    openvino_bf16,
+    widened,
+)
+
+AVX2_CPU = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma\n"
+ARM_CPU = "processor\t: 0\nFeatures\t: fp asimd bf16\n"
 
 
 def test_local_kind_builds_minilm_without_loading_it() -> None:
@@ -52,6 +62,46 @@ def test_auto_is_openvino_where_the_cpu_has_bfloat16_and_onnx_runtime_elsewhere(
     assert ["openvino", "onnx", "onnx-int8", "torch"] == [
         chosen_runtime(name) for name in ("openvino", "onnx", "onnx-int8", "torch")
     ]
+
+
+def test_the_cpus_flags_say_where_bfloat16_is_ruled_out(tmp_path: Path) -> None:
+    """x86 Linux lists the flags; elsewhere they are unknown, and unknown rules nothing out."""
+    avx2, arm = tmp_path / "avx2", tmp_path / "arm"
+    avx2.write_text(AVX2_CPU)
+    arm.write_text(ARM_CPU)
+
+    assert frozenset({"fpu", "sse2", "avx", "avx2", "fma"}) == cpu_flags(avx2)
+    assert (None, None) == (cpu_flags(arm), cpu_flags(tmp_path / "absent"))
+    assert [False, True, True, True, True] == [
+        cpu_may_compute_bf16(flags)
+        for flags in (
+            cpu_flags(avx2),
+            None,
+            frozenset({"avx512f", "avx512_bf16"}),
+            frozenset({"amx_bf16"}),
+            frozenset({"avx2", "avx_vnni"}),
+        )
+    ]
+
+
+def test_openvino_never_computes_in_bfloat16_where_the_flags_rule_it_out() -> None:
+    """The rule agrees with OpenVINO on this machine's CPU (it may only say more)."""
+    assert openvino_bf16() <= cpu_may_compute_bf16(cpu_flags())
+
+
+def test_auto_on_a_cpu_without_bfloat16_never_loads_openvino(tmp_path: Path) -> None:
+    """OpenVINO and its CPU plugin cost 71 MB and ~1 s to answer no on an AVX2 CPU."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(AVX2_CPU)
+    probe = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from memoryd.shared.adapters.embeddings.factory import chosen_runtime\n"
+        f"print(chosen_runtime('auto', Path({str(cpuinfo)!r})), 'openvino' in sys.modules)\n"
+    )
+    said = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert "onnx False" == said.stdout.strip()
 
 
 def test_auto_without_the_openvino_package_is_onnx_runtime(
