@@ -265,7 +265,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "optimising child, had it run, even one stopped with the service; mem0: the process "
         "that runs it): an upper bound, since those peaks need not coincide. "
         "Summed at each sample: the tree's resident sets read together every 0.1 s, the "
-        "largest sum (what the tree held at once).",
+        "largest sum (what the tree held at once). memoryd's sources are byte-compiled "
+        "before its side starts, as pip compiles an installed package (mem0's are).",
         "",
     ]
     return "\n".join(lines)

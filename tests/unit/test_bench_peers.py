@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from memoryd.services.bench.peer_mem0 import AddMemo, user_id
 from memoryd.services.bench.peer_memoryd import (
+    byte_compiled,
     key_texts,
+    memoryd_sources,
     optimiser_peak_rss_mb,
     pipeline_share,
     user_scope,
@@ -391,3 +393,26 @@ def test_the_summed_peaks_count_a_child_that_exited_before_the_end() -> None:
     assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"] + 150
     assert figures["peak_rss_mb"] >= figures["peak_rss_sampled_mb"]
     assert figures["peak_rss_main_mb"] > 0
+
+
+def test_the_run_byte_compiles_memoryds_sources_and_leaves_the_tree_as_it_found_it(
+    tmp_path: Path,
+) -> None:
+    """An install is byte-compiled (pip does it); an editable one under PYTHONDONTWRITEBYTECODE
+    is not, and would compile memoryd's modules at every start the bench times."""
+    package = tmp_path / "package"
+    (package / "inner").mkdir(parents=True)
+    for name in ("a.py", "inner/b.py", "kept.py"):
+        (package / name).write_text("VALUE = 1\n")
+    cache = package / "__pycache__"
+    cache.mkdir()
+    kept = cache / "kept.cpython-311.pyc"
+    kept.write_bytes(b"compiled before")
+
+    with byte_compiled([package]):
+        during = sorted(path.relative_to(package).parts[0] for path in package.rglob("*.pyc"))
+
+    assert ["__pycache__", "__pycache__", "inner"] == during
+    assert [kept] == list(package.rglob("*.pyc"))
+    assert not (package / "inner" / "__pycache__").exists()
+    assert {"shared", "services"} == {folder.name for folder in memoryd_sources()}
