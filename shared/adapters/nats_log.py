@@ -514,19 +514,34 @@ async def wait_until_applied(
     Workers publish derived events while they work, so "settled" means: every consumer has
     nothing pending and unacked, and the stream did not grow while we looked. A projection
     of a partitioned log is waited for on every partition's consumer.
+
+    A look stops at the first consumer behind, and the next look starts with it: while a
+    backlog is worked off, two requests a look instead of one per consumer and two (a
+    waiter polling every 20 ms took 16% of a core beside the 2-core pipeline it waited on,
+    and nats-server answered 450 requests a second).
     """
     partitions = stream_partitions(await js.stream_info(stream))
     consumers = subjects.partition_consumers(consumers, partitions)
     deadline = time.monotonic() + timeout
+    first = 0
     while True:
         before = await last_sequence(js, stream)
-        settled = [await _consumer_settled(js, stream, name) for name in consumers]
-        if all(settled) and await last_sequence(js, stream) == before:
+        behind = await _first_behind(js, stream, [*consumers[first:], *consumers[:first]])
+        if behind is None and await last_sequence(js, stream) == before:
             return before
         if time.monotonic() > deadline:
-            waiting = [name for name, done in zip(consumers, settled, strict=True) if not done]
+            waiting = [name for name in consumers if not await _consumer_settled(js, stream, name)]
             raise TimeoutError(f"consumers still behind after {timeout}s: {waiting}")
+        first = consumers.index(behind) if behind is not None else 0
         await asyncio.sleep(poll_interval)
+
+
+async def _first_behind(js: JetStreamContext, stream: str, consumers: Sequence[str]) -> str | None:
+    """Return the first of ``consumers`` not settled, in order (None: every one is)."""
+    for name in consumers:
+        if not await _consumer_settled(js, stream, name):
+            return name
+    return None
 
 
 async def last_sequence_on(
