@@ -259,7 +259,7 @@ def byte_compiled(folders: Sequence[Path]) -> Iterator[None]:
     before = {path for folder in folders for path in folder.rglob("*.pyc")}
     try:
         for folder in folders:
-            compileall.compile_dir(folder, quiet=1)
+            compileall.compile_dir(folder, quiet=2)  # where it cannot write, it starts as it is
         yield
     finally:
         for folder in folders:
