@@ -19,6 +19,7 @@ CONSUMERS = ("first", "second", "third")
 
 @pytest.fixture
 async def stream(nats_url: str) -> AsyncIterator[tuple[JetStreamContext, str]]:
+    """A stream of three messages and three consumers, none of which has applied any."""
     connection = await nats.connect(nats_url)
     js = connection.jetstream()
     name = unique("settle")
@@ -26,6 +27,8 @@ async def stream(nats_url: str) -> AsyncIterator[tuple[JetStreamContext, str]]:
     for durable in CONSUMERS:
         config = api.ConsumerConfig(durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT)
         await js.add_consumer(name, config)
+    for n in range(3):
+        await js.publish(f"{name}.turn", f"{n}".encode())
     try:
         yield js, name
     finally:
@@ -47,8 +50,6 @@ async def test_the_wait_names_every_consumer_still_behind(
     stream: tuple[JetStreamContext, str],
 ) -> None:
     js, name = stream
-    for n in range(3):
-        await js.publish(f"{name}.turn", f"{n}".encode())
     await _apply(js, name, "second")
 
     with pytest.raises(TimeoutError) as refused:
@@ -61,8 +62,6 @@ async def test_the_wait_ends_once_the_last_consumer_behind_has_caught_up(
     stream: tuple[JetStreamContext, str],
 ) -> None:
     js, name = stream
-    for n in range(3):
-        await js.publish(f"{name}.turn", f"{n}".encode())
     for durable in ("third", "first"):
         await _apply(js, name, durable)
     with pytest.raises(TimeoutError, match=r"\['second'\]"):
