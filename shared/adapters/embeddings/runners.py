@@ -115,8 +115,9 @@ def cpu_may_compute_bf16(flags: frozenset[str] | None) -> bool:
     """Say whether OpenVINO might compute in bfloat16 on a CPU with ``flags`` (None: unknown,
     so it might: OpenVINO answers).
 
-    Asking OpenVINO loads it and its CPU plugin: 71 MB and ~1.0 s of start-up on an AVX2 CPU,
-    where the answer is no and ONNX Runtime runs the model.
+    Asking OpenVINO loads it and its CPU plugin: 71 MB and ~1.0 s alone on an AVX2 CPU,
+    where the answer is no and ONNX Runtime runs the model (`memoryd up`'s start-up did not
+    move: the question ran beside the imports).
     """
     return flags is None or not BF16_FLAGS.isdisjoint(flags)
 
