@@ -519,21 +519,30 @@ async def wait_until_applied(
     backlog is worked off, a look costs two requests (the stream's last sequence, that
     consumer's info) where it cost one per consumer and two, nine every 20 ms; the waiting
     client took 16% of a core beside the 2-core pipeline it waited on (docs/performance.md,
-    session 34).
+    session 34). A request the server does not answer in time is asked again until ``timeout``.
     """
-    partitions = stream_partitions(await js.stream_info(stream))
-    consumers = subjects.partition_consumers(consumers, partitions)
     deadline = time.monotonic() + timeout
+    partitions = None
     first = 0
     while True:
-        before = await last_sequence(js, stream)
-        behind = await _first_behind(js, stream, [*consumers[first:], *consumers[:first]])
-        if behind is None and await last_sequence(js, stream) == before:
-            return before
+        try:
+            if partitions is None:
+                partitions = stream_partitions(await js.stream_info(stream))
+                consumers = subjects.partition_consumers(consumers, partitions)
+            before = await last_sequence(js, stream)
+            behind = await _first_behind(js, stream, [*consumers[first:], *consumers[:first]])
+            if behind is None and await last_sequence(js, stream) == before:
+                return before
+            first = consumers.index(behind) if behind is not None else 0
+        except nats.errors.TimeoutError as slow:
+            # The server did not answer one request in time (a JetStream API request waits 5 s
+            # by default; a busy 2-core machine saw it): look again, until the wait's deadline.
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the log's server did not answer within {timeout}s") from slow
+            continue
         if time.monotonic() > deadline:
             waiting = [name for name in consumers if not await _consumer_settled(js, stream, name)]
             raise TimeoutError(f"consumers still behind after {timeout}s: {waiting}")
-        first = consumers.index(behind) if behind is not None else 0
         await asyncio.sleep(poll_interval)
 
 
