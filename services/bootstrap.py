@@ -21,7 +21,6 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import structlog
 from faststream.message import StreamMessage
 from faststream.nats import NatsBroker
-from faststream.nats.annotations import NatsMessage
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -587,10 +586,20 @@ def build_projections(
     return partitioned(projections, settings.partitions)
 
 
-async def _raw_bodies(message: StreamMessage[Any]) -> Any:
-    # The recall handler validates the bytes itself, so a malformed request gets a clear
-    # error reply instead of failing inside FastStream's JSON decoding.
-    return message.body
+@dataclass(frozen=True, slots=True)
+class RawRequest:
+    """A request-reply message as its handler takes it: the subject and the raw bytes."""
+
+    subject: str
+    body: bytes
+
+
+async def _raw_request(message: StreamMessage[Any]) -> RawRequest:
+    # The handlers validate the bytes themselves, so a malformed request gets a clear error
+    # reply instead of failing inside FastStream's JSON decoding. The subject comes with the
+    # bytes: a handler parameter typed as the message is a FastStream context field, which
+    # fast-depends resolved in a worker thread for every request (a thread hop per recall).
+    return RawRequest(message.raw_message.subject, message.body)
 
 
 def recall_service(
@@ -624,13 +633,13 @@ def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
     refused ``overloaded`` rather than left unread until its caller gives up.
     """
 
-    async def recall(body: Any, message: NatsMessage) -> bytes:
-        return await service.handle(message.raw_message.subject, body)
+    async def recall(request: Any) -> bytes:  # Any: FastStream validates nothing
+        return await service.handle(request.subject, request.body)
 
     broker.subscriber(
         subjects.ALL_RECALL,
         queue=subjects.RECALL_QUEUE,
-        decoder=_raw_bodies,
+        decoder=_raw_request,
         max_workers=service.admission.capacity + 1,
     )(recall)
 
@@ -641,10 +650,10 @@ RpcHandler = Callable[[str, bytes], Awaitable[bytes]]
 def subscribe_rpc(broker: NatsBroker, subject: str, queue: str, handle: RpcHandler) -> None:
     """Attach a read-only request-reply handler to every tenant's ``subject`` (a queue group)."""
 
-    async def answer(body: Any, message: NatsMessage) -> bytes:
-        return await handle(message.raw_message.subject, body)
+    async def answer(request: Any) -> bytes:  # Any: FastStream validates nothing
+        return await handle(request.subject, request.body)
 
-    broker.subscriber(subject, queue=queue, decoder=_raw_bodies)(answer)
+    broker.subscriber(subject, queue=queue, decoder=_raw_request)(answer)
 
 
 async def _open_nats(settings: Settings, exit_stack: AsyncExitStack) -> tuple[str, NatsClient]:
