@@ -83,7 +83,7 @@ from memoryd.shared.adapters.embeddings import (
     build_embedder,
 )
 from memoryd.shared.adapters.embeddings.factory import chosen_runtime, engine_of
-from memoryd.shared.adapters.index import Optimizing, SearchIndex, build_index
+from memoryd.shared.adapters.index import EdgeOptions, Optimizing, SearchIndex, build_index
 from memoryd.shared.adapters.llm import MemoryLlm, build_llm
 from memoryd.shared.adapters.nats_log import (
     EventPublisher,
@@ -362,15 +362,18 @@ async def _built_index(
         embedder.dimension,
         api_key=revealed(settings.qdrant_api_key),
         collection=settings.qdrant_collection,
-        optimizing=Optimizing(
-            every=settings.index_optimize_every,
-            in_background=settings.index_optimize_in_background,
-            quiet_points=settings.index_optimize_quiet_points,
-            quiet_seconds=settings.index_optimize_quiet_seconds,
-            latest_seconds=settings.index_optimize_latest_seconds,
+        edge=EdgeOptions(
+            optimizing=Optimizing(
+                every=settings.index_optimize_every,
+                in_background=settings.index_optimize_in_background,
+                quiet_points=settings.index_optimize_quiet_points,
+                quiet_seconds=settings.index_optimize_quiet_seconds,
+                latest_seconds=settings.index_optimize_latest_seconds,
+            ),
+            segment_points=settings.index_segment_points,
+            payloads_in_ram=settings.index_payloads_in_ram,
+            hosted=settings.index_hosted,
         ),
-        segment_points=settings.index_segment_points,
-        payloads_in_ram=settings.index_payloads_in_ram,
     )
     await _open_index(index, settings, embedder)
     exit_stack.push_async_callback(index.close)

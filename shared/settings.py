@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     # ~0.5 KB a point of RAM, held twice while a new generation loads (peak RSS +110 MB at
     # 10,000 turns, +890 MB at 100,000); applied when the index is next opened and optimised.
     index_payloads_in_ram: bool = True
+    # Edge's shard in a child process of its own, the index host, asked over a socket: Edge
+    # holds the GIL while it searches, so in the serving process each search stops its event
+    # loop for as long as the engine works. False: in the serving process.
+    index_hosted: bool = True
     embedding_kind: Literal["local", "openai"] = "local"
     embedding_model: str | None = None
     # How a local model runs its ONNX export: OpenVINO (bfloat16 where the CPU has it, ~1.8x

@@ -6,8 +6,8 @@ Not a test (pytest does not collect it): run it by hand, e.g.
 
 Texts are real chat turns from LongMemEval-S dev (../shared/bench), cycled; vectors are random
 384-d unit vectors; payloads spread over 10 tenants x 100 users. Each search is scoped to one
-tenant and user. Searches are timed both called directly on the event loop and through
-`asyncio.to_thread`, to choose how the adapter calls the synchronous engine.
+tenant and user. Searches are timed with the shard in this process (the event loop waits for
+each) and in the index host (a child process, `edge_host`).
 """
 
 import argparse
@@ -164,11 +164,11 @@ async def load(folder: Path, args: argparse.Namespace, texts: list[str]) -> None
 
 
 async def search(folder: Path, args: argparse.Namespace, texts: list[str]) -> None:
-    """Time dense and BM25 searches from concurrent callers, called directly and in threads."""
+    """Time dense and BM25 searches from concurrent callers, in this process and hosted."""
     rng = np.random.default_rng(args.seed + 2)
-    for in_thread in (False, True):
-        mode = "to_thread" if in_thread else "direct"
-        index = EdgeSearchIndex(folder, args.dim, search_in_thread=in_thread)
+    for hosted in (False, True):
+        mode = "hosted" if hosted else "inline"
+        index = EdgeSearchIndex(folder, args.dim, hosted=hosted)
         await index.ensure_collection()
         for kind in ("dense", "sparse"):
             calls = search_calls(index, kind, args.warmup, args.dim, texts=texts, rng=rng)

@@ -1,4 +1,5 @@
-"""The behaviour every search-index adapter must show, run against Edge and qdrant-client.
+"""The behaviour every search-index adapter must show, run against Edge (in this process and
+in its index host, a child process) and qdrant-client.
 
 The server adapter runs in qdrant-client's local mode (``":memory:"``), which brute-forces
 searches and ignores payload indexes but applies filters and the IDF modifier.
@@ -27,7 +28,7 @@ from memoryd.shared.adapters.index import (
 from memoryd.shared.adapters.index.server import QdrantServerIndex
 
 DIM = 8
-BACKENDS = ["edge", "server"]
+BACKENDS = ["edge", "edge-hosted", "server"]
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 
 
@@ -35,6 +36,8 @@ def _build(backend: str, folder: Path) -> SearchIndex:
     """Return an unopened index of the given backend."""
     if backend == "edge":
         return EdgeSearchIndex(folder / "edge", DIM)
+    if backend == "edge-hosted":
+        return EdgeSearchIndex(folder / "edge", DIM, hosted=True)
     return QdrantServerIndex(":memory:", DIM, collection="contract")
 
 

@@ -85,11 +85,15 @@ def _stored_config(stored: Path) -> dict[str, object]:
     return config
 
 
-async def test_reopening_with_another_dimension_fails(tmp_path: Path) -> None:
-    """A folder built for 8-d vectors refuses to open as 16-d instead of corrupting searches."""
+@pytest.mark.parametrize("hosted", [False, True])
+async def test_reopening_with_another_dimension_fails(tmp_path: Path, hosted: bool) -> None:
+    """A folder built for 8-d vectors refuses to open as 16-d instead of corrupting searches,
+    with the shard here or in the index host (whose error travels back, and which stops)."""
     await (await _opened(tmp_path)).close()
+    index = EdgeSearchIndex(tmp_path, 16, hosted=hosted)
     with pytest.raises(Exception, match="vector size"):
-        await EdgeSearchIndex(tmp_path, 16).ensure_collection()
+        await index.ensure_collection()
+    assert index.host_pid is None
 
 
 async def test_use_before_opening_fails_with_a_hint(tmp_path: Path) -> None:
@@ -136,12 +140,11 @@ async def test_optimize_keeps_every_answer(tmp_path: Path) -> None:
     assert 250 == count
 
 
-@pytest.mark.parametrize("search_in_thread", [False, True])
-async def test_concurrent_searches_writes_and_optimize(
-    tmp_path: Path, search_in_thread: bool
-) -> None:
-    """Eight concurrent searches alongside an upsert and an optimisation all succeed."""
-    index = EdgeSearchIndex(tmp_path, DIM, search_in_thread=search_in_thread)
+@pytest.mark.parametrize("hosted", [False, True])
+async def test_concurrent_searches_writes_and_optimize(tmp_path: Path, hosted: bool) -> None:
+    """Eight concurrent searches alongside an upsert and an optimisation all succeed, with the
+    shard in this process or in the index host."""
+    index = EdgeSearchIndex(tmp_path, DIM, hosted=hosted)
     await index.ensure_collection()
     await index.upsert(_points(200, seed=4))
     queries = _points(8, seed=5)
@@ -178,7 +181,7 @@ async def test_bounded_segments_keep_what_was_indexed_and_index_only_what_is_new
     await index.optimize()
     found = await index.search_dense(second[5].dense, ACME, limit=1)
     count = await index.count(ACME)
-    info = index._opened().info()
+    info = await index.info()
     await index.close()
-    assert (segments, 16_000) == (info.segments_count, info.points_count)
+    assert (segments, 16_000) == (info.segments, info.points)
     assert ([second[5].id], 16_000) == ([hit.id for hit in found], count)

@@ -36,8 +36,11 @@ def _points(count: int, seed: int, user: str = "ann") -> list[IndexPoint]:
     return [IndexPoint(id=uuid4(), dense=v, text="ferry", payload=payload) for v in vectors]
 
 
-async def _filled(path: Path, count: int = BUILT, **policy: Any) -> EdgeSearchIndex:
-    index = EdgeSearchIndex(path, DIM, optimizing=Optimizing(in_background=True, **policy))
+async def _filled(
+    path: Path, count: int = BUILT, *, hosted: bool = False, **policy: Any
+) -> EdgeSearchIndex:
+    optimizing = Optimizing(in_background=True, **policy)
+    index = EdgeSearchIndex(path, DIM, optimizing=optimizing, hosted=hosted)
     await index.ensure_collection()
     points = _points(count, seed=1)
     for start in range(0, count, 1_000):
@@ -78,10 +81,15 @@ async def _search_without_a_pause(index: EdgeSearchIndex, times: int, apart: flo
         await asyncio.sleep(apart)
 
 
-async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path) -> None:
+HOSTED = pytest.mark.parametrize("hosted", [False, True], ids=["inline", "hosted"])
+
+
+@HOSTED
+async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path, hosted: bool) -> None:
     """Upserts, deletes by id and by filter that land while the child works are in the index
-    it switches to, and still there after reopening; the HNSW was built by the child."""
-    index = await _filled(tmp_path)
+    it switches to, and still there after reopening; the HNSW was built by the child. The
+    same with the shard in the index host."""
+    index = await _filled(tmp_path, hosted=hosted)
     ann = ScopeFilter(tenant="acme", user_id="ann")
     doomed = [hit.id for hit in await index.search_dense(_points(1, seed=9)[0].dense, ann, 30)]
     late = _points(50, seed=2)
@@ -111,10 +119,13 @@ async def test_writes_taken_while_it_optimises_are_all_kept(tmp_path: Path) -> N
     assert _names(tmp_path) == ["CURRENT", "gen-1"]
 
 
-async def test_searches_are_answered_while_the_child_optimises(tmp_path: Path) -> None:
+@HOSTED
+async def test_searches_are_answered_while_the_child_optimises(
+    tmp_path: Path, hosted: bool
+) -> None:
     """The event loop is not held while the index optimises: searches started after the
     child was spawned come back before the optimisation ends."""
-    index = await _filled(tmp_path)
+    index = await _filled(tmp_path, hosted=hosted)
     query = _points(1, seed=4)[0].dense
     building = asyncio.ensure_future(index.optimize_in_background())
     await _copy_started(tmp_path)
@@ -128,12 +139,17 @@ async def test_searches_are_answered_while_the_child_optimises(tmp_path: Path) -
     assert answered > 1
 
 
-async def test_a_quiet_spell_starts_an_optimisation_in_the_background(tmp_path: Path) -> None:
+@HOSTED
+async def test_a_quiet_spell_starts_an_optimisation_in_the_background(
+    tmp_path: Path, hosted: bool
+) -> None:
     """Past ``quiet_points`` written, ``quiet_seconds`` without a write start one (``every``
     is far off), and later writes start none until another quiet spell. ``quiet_points`` is
     at Edge's own threshold: below it an optimisation would leave the segment unindexed."""
     with capture_logs() as logs:
-        index = await _filled(tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2)
+        index = await _filled(
+            tmp_path, hosted=hosted, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2
+        )
         await _until_optimized(logs)
         await index.upsert(_points(10, seed=5))
         await asyncio.sleep(0.5)
@@ -246,10 +262,13 @@ async def test_a_home_from_before_generations_moves_into_one(tmp_path: Path) -> 
     assert _names(tmp_path) == ["CURRENT", "gen-1", "notes.txt"]
 
 
-async def test_an_interrupted_build_is_removed_and_the_shard_kept(tmp_path: Path) -> None:
+@HOSTED
+async def test_an_interrupted_build_is_removed_and_the_shard_kept(
+    tmp_path: Path, hosted: bool
+) -> None:
     """Closing during a build stops the child and removes its copy; a copy left by a crash is
     removed at the next open. The shard in use answers as before."""
-    index = await _filled(tmp_path)
+    index = await _filled(tmp_path, hosted=hosted)
     building = asyncio.ensure_future(index.optimize_in_background())
     await _copy_started(tmp_path)
     await index.close()

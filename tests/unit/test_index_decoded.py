@@ -2,7 +2,8 @@
 
 from uuid import uuid4
 
-from memoryd.shared.adapters.index._mapping import TEXT_KEY, DecodedPoints
+from memoryd.shared.adapters.index._mapping import DecodedPoints
+from memoryd.shared.adapters.index.stored import TEXT_KEY
 
 PAYLOAD = {"tenant": "acme", "user_id": "ann", "kind": "turn", "occurred_at": 1.0}
 

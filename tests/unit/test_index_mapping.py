@@ -8,10 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memoryd.shared.adapters.index._mapping import (
-    DIGEST_KEY,
     MOST_ASKED,
-    InRange,
-    MatchAny,
     best_first,
     dense_values,
     hit_from_stored,
@@ -22,6 +19,7 @@ from memoryd.shared.adapters.index._mapping import (
 )
 from memoryd.shared.adapters.index.port import IndexPayload, IndexPoint, ScopeFilter
 from memoryd.shared.adapters.index.sparse import encoding
+from memoryd.shared.adapters.index.stored import DIGEST_KEY, InRange, MatchAny
 
 _names = st.none() | st.text(min_size=1, max_size=5)
 _scopes = st.builds(

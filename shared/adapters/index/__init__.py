@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
+    from memoryd.shared.adapters.index.edge import EdgeOptions, EdgeSearchIndex, Optimizing
     from memoryd.shared.adapters.index.port import (
         DenseVector,
         Hit,
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DenseVector",
+    "EdgeOptions",
     "EdgeSearchIndex",
     "Hit",
     "IndexPayload",
@@ -37,6 +38,7 @@ __all__ = [
 
 # Where each public name lives.
 _MODULES = {
+    "EdgeOptions": "edge",
     "EdgeSearchIndex": "edge",
     "Optimizing": "edge",
     **dict.fromkeys(
@@ -63,25 +65,24 @@ def build_index(
     *,
     api_key: str | None = None,
     collection: str = "memoryd",
-    optimizing: Optimizing | None = None,
-    segment_points: int | None = None,
-    payloads_in_ram: bool = False,
+    edge: EdgeOptions | None = None,
 ) -> SearchIndex:
     """Return an unopened index: Qdrant Edge at `path` without a URL, a Qdrant server with one.
 
-    Open it with `ensure_collection()`. `path`, `optimizing`, `segment_points` and
-    `payloads_in_ram` apply to Edge only (a server optimises in the background); `api_key`
-    and `collection` to a server only.
+    Open it with `ensure_collection()`. `path` and `edge` (how it optimises, lays out and
+    hosts its shard) apply to Edge only; `api_key` and `collection` to a server only.
     """
     if url is None:
-        from memoryd.shared.adapters.index.edge import EdgeSearchIndex, Optimizing
+        from memoryd.shared.adapters.index.edge import EdgeOptions, EdgeSearchIndex
 
+        options = edge or EdgeOptions()
         return EdgeSearchIndex(
             path,
             dimension,
-            optimizing=optimizing or Optimizing(),
-            segment_points=segment_points,
-            payloads_in_ram=payloads_in_ram,
+            optimizing=options.optimizing,
+            segment_points=options.segment_points,
+            payloads_in_ram=options.payloads_in_ram,
+            hosted=options.hosted,
         )
     # Imported here: qdrant-client costs about a second and ~40 MB, and only a server needs it.
     from memoryd.shared.adapters.index.server import QdrantServerIndex

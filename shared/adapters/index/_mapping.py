@@ -1,9 +1,6 @@
 """Map the port's models to and from the shape both Qdrant adapters store and query."""
 
-import hashlib
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -16,45 +13,21 @@ from memoryd.shared.adapters.index.port import (
     IndexPoint,
     ScopeFilter,
 )
-
-TEXT_KEY = "text"
-# A digest of everything a point stores (see ``stored_payload``); not a field of IndexPayload.
-DIGEST_KEY = "digest"
-TENANT_FIELD = "tenant"
-TIME_FIELD = "occurred_at"
-KEYWORD_FIELDS = (
+from memoryd.shared.adapters.index.stored import (
+    DIGEST_KEY,
     TENANT_FIELD,
-    "user_id",
-    "agent_id",
-    "session_id",
-    "namespace",
-    "kind",
-    "category",
-    "memory_type",
+    TEXT_KEY,
+    TIME_FIELD,
+    Condition,
+    InRange,
+    MatchAny,
+    content_digest,
+    point_key,
 )
-_EXACT_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
+
 Scored = tuple[Any, float, Any]  # a point id, its score, and its payload if read
 Point = TypeVar("Point")
-
-
-@dataclass(frozen=True, slots=True)
-class MatchAny:
-    """The payload field must equal one of the values."""
-
-    key: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class InRange:
-    """The payload number must lie in ``[gte, lt)``; a None bound is open."""
-
-    key: str
-    gte: float | None
-    lt: float | None
-
-
-Condition = MatchAny | InRange
+_EXACT_FIELDS = ("user_id", "agent_id", "session_id", "namespace")
 
 
 def scope_conditions(scope: ScopeFilter) -> tuple[Condition, ...]:
@@ -84,23 +57,10 @@ def stored_payload(point: IndexPoint, encoding: str) -> dict[str, Any]:
     the point would, and it is known before the text is encoded.
     """
     payload = {**point.payload.model_dump(mode="json"), TEXT_KEY: point.text}
-    payload[DIGEST_KEY] = content_digest(payload, point.dense, encoding)
+    payload[DIGEST_KEY] = content_digest(
+        payload, np.asarray(point.dense, dtype=np.float32).tobytes(), encoding
+    )
     return payload
-
-
-def content_digest(payload: Mapping[str, Any], dense: DenseVector, encoding: str) -> str:
-    """Return a digest of a point's payload (text included), dense vector and BM25 encoding.
-
-    The dense vector counts by its bytes: the same model on the same text gives the same
-    digest; another model, or another export of it, a different one. The BM25 vector is a
-    function of the text and ``encoding``, so the two stand for it: a replay compares
-    digests without encoding a text it will not write (~20 us a point).
-    """
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
-    digest.update(np.asarray(dense, dtype=np.float32).tobytes())
-    digest.update(encoding.encode())
-    return digest.hexdigest()
 
 
 def stored_digests(records: Iterable[Any]) -> dict[UUID, str | None]:
@@ -142,11 +102,6 @@ def decoded(point_id: UUID | str | int, payload: Mapping[str, Any]) -> Decoded:
     if source is not None:
         fields["source_event_id"] = UUID(str(source))
     return point_key(point_id), IndexPayload.model_construct(**fields), text
-
-
-def point_key(point_id: UUID | str | int) -> UUID:
-    """Return a point id as the UUID it is (the engine hands UUIDs back; others are parsed)."""
-    return point_id if isinstance(point_id, UUID) else UUID(str(point_id))
 
 
 # A search asks the engine for one point past its limit, to see whether equal scores run

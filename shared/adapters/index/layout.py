@@ -25,6 +25,7 @@ def edge_config(
     segment_points: int | None = None,
     indexing_threads: int = 0,
     payloads_in_ram: bool | None = None,
+    search_threads: int | None = None,
 ) -> qe.EdgeConfig:
     """Return the shard layout: a cosine dense vector and a BM25 sparse vector with IDF.
 
@@ -35,6 +36,8 @@ def edge_config(
     points it keeps by id: after an optimisation, 40 of 48,000 took 2.7-2.9 ms cold and 1.4 ms
     again from disk, 0.29 ms from RAM; the cost is RAM, held twice while a new generation
     loads beside the old one (docs/performance.md, session 26).
+    ``search_threads``: the threads that search a shard's segments in parallel (None: as the
+    shard has it; Edge's default is one per CPU it counts, eight on these 2-core machines).
     """
     optimizers = None
     if segment_points is not None:
@@ -52,4 +55,5 @@ def edge_config(
             max_indexing_threads=indexing_threads,
         ),
         optimizers=optimizers,
+        max_search_threads=search_threads,
     )

@@ -10,12 +10,6 @@ import structlog
 from qdrant_client import AsyncQdrantClient, models
 
 from memoryd.shared.adapters.index._mapping import (
-    DIGEST_KEY,
-    KEYWORD_FIELDS,
-    TENANT_FIELD,
-    TIME_FIELD,
-    Condition,
-    MatchAny,
     best_first,
     changed,
     dense_values,
@@ -34,6 +28,14 @@ from memoryd.shared.adapters.index.sparse import (
     document_vector,
     encoding,
     query_vector,
+)
+from memoryd.shared.adapters.index.stored import (
+    DIGEST_KEY,
+    KEYWORD_FIELDS,
+    TENANT_FIELD,
+    TIME_FIELD,
+    Condition,
+    MatchAny,
 )
 
 __all__ = ["QdrantServerIndex"]
