@@ -172,8 +172,9 @@ async def test_searches_hold_the_quiet_spells_optimisation_until_they_pause(
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
 
 
+@HOSTED
 async def test_searches_without_a_pause_hold_it_off_no_later_than_latest_seconds(
-    tmp_path: Path,
+    tmp_path: Path, hosted: bool
 ) -> None:
     """A scope searched without a pause would otherwise stay a scan for as long as it is
     searched: ``latest_seconds`` after the last write the optimisation starts regardless,
@@ -182,7 +183,12 @@ async def test_searches_without_a_pause_hold_it_off_no_later_than_latest_seconds
     query = _points(1, seed=9)[0].dense
     with capture_logs() as logs:
         index = await _filled(
-            tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3, latest_seconds=1.0
+            tmp_path,
+            hosted=hosted,
+            every=1_000_000,
+            quiet_points=6_700,
+            quiet_seconds=0.3,
+            latest_seconds=1.0,
         )
         written = asyncio.get_running_loop().time()
         started_at = None

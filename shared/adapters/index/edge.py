@@ -33,6 +33,7 @@ from memoryd.shared.adapters.index.edge_engine import (
     Operation,
     Optimize,
     Retrieve,
+    Scored,
     Scroll,
     ShardInfo,
     ShardSpec,
@@ -43,7 +44,6 @@ from memoryd.shared.adapters.index.edge_engine import (
 from memoryd.shared.adapters.index.edge_host import HostedShards, HostExited, InlineShards, Shards
 from memoryd.shared.adapters.index.port import DenseVector, Hit, IndexPoint, ScopeFilter
 from memoryd.shared.adapters.index.sparse import DEFAULT_AVG_LEN, query_vector
-from memoryd.shared.adapters.index.stored import point_key
 
 __all__ = ["EdgeOptions", "EdgeSearchIndex", "Optimizing", "search_threads"]
 
@@ -106,17 +106,15 @@ class EdgeOptions:
     hosted: bool = False
 
 
-def search_threads(hosted: bool, cores: int | None) -> int:
-    """Return the threads Edge searches a shard's segments with.
+def search_threads(cores: int | None) -> int:
+    """Return the threads Edge searches a shard's segments with: one per core.
 
-    Hosted, one: the serving process has other requests to work on while the host searches,
-    so what counts is the host's CPU, and threads cost it more than they save in time (a
-    dense search at 12,620 points in two segments, here: 2.54 ms of CPU on one thread, 3.20
-    on Edge's default of eight; under 50 callers the host spent 4.4 ms of CPU a dense
-    search with eight). In this process the event loop waits for the search: one thread per
-    core (1.57 ms against 2.55 on one, 2.44 ms of CPU).
+    Edge's own default counts CPUs its own way: eight on these 2-core machines, which under
+    50 callers cost the index host 4.4 ms of CPU a dense search at 12,620 points against
+    ~2.5 on one or two threads. Two answer a lone caller sooner than one (1.57 against 2.55
+    ms, 2.44 against 2.54 ms of CPU).
     """
-    return 1 if hosted else max(1, cores or 1)
+    return max(1, cores or 1)
 
 
 class EdgeSearchIndex:
@@ -186,6 +184,7 @@ class EdgeSearchIndex:
         self._last_read = -math.inf  # time.monotonic() of the last read begun
         self._last_write = -math.inf  # time.monotonic() of the last write ended
         self._decoded = DecodedPoints()
+        self._cold = True  # the last search found points whose payloads were not held
         # Two concurrent first calls would otherwise both create (or load) the same folder.
         self._opening = asyncio.Lock()
 
@@ -344,7 +343,9 @@ class EdgeSearchIndex:
         """Return the points in scope nearest to the vector by cosine, best first."""
         packed = float32_bytes(dense_values(vector, self._dimension))
         conditions = scope_conditions(filter)
-        return await self._search(lambda asked: NearestDense(packed, conditions, asked), limit)
+        return await self._search(
+            lambda asked, payloads: NearestDense(packed, conditions, asked, payloads), limit
+        )
 
     async def search_sparse(self, text: str, filter: ScopeFilter, limit: int = 10) -> list[Hit]:
         """Return the points in scope that best match the text by BM25, best first."""
@@ -354,7 +355,8 @@ class EdgeSearchIndex:
         indices, values = tuple(sparse.indices), tuple(sparse.values)
         conditions = scope_conditions(filter)
         return await self._search(
-            lambda asked: NearestSparse(indices, values, conditions, asked), limit
+            lambda asked, payloads: NearestSparse(indices, values, conditions, asked, payloads),
+            limit,
         )
 
     async def count(self, filter: ScopeFilter) -> int:
@@ -489,7 +491,7 @@ class EdgeSearchIndex:
             self._dimension,
             self._segment_points,
             self._payloads_in_ram,
-            search_threads(self._hosted, os.cpu_count()),
+            search_threads(os.cpu_count()),
         )
         opened = await shards.open(spec)
         if opened.created:
@@ -557,24 +559,35 @@ class EdgeSearchIndex:
         return answer
 
     async def _search(
-        self, query: Callable[[int], Operation[list[tuple[UUID, float]]]], limit: int
+        self, query: Callable[[int, bool], Operation[Scored]], limit: int
     ) -> list[Hit]:
-        """Run one query (asked for ``n`` points by ``query(n)``) and return its hits.
+        """Run one query (for ``n`` points, payloads or not: ``query(n, payloads)``) and return
+        its hits.
 
-        The query asks for ids and scores only, and the payloads not decoded already are read
-        by id: a query of 40 with payloads took 4.4-4.6 ms here, without them 1.0 ms, and
-        reading 40 payloads by id 0.44 ms (10,000 points in one scope). Equal scores come
-        by point id, and a cut never falls inside them (``past_the_cut``, ``best_first``).
+        Payloads are decoded once and held until a write touches them (``DecodedPoints``).
+        The query asks for the payloads too while the searches before it found some not held
+        (a user's first questions): a second round trip to the index host costs a lone caller
+        ~0.7 ms here, waking a process that sleeps; with them held it asks for ids and scores
+        only, and reads any still missing by id. Equal scores come by point id, and a cut
+        never falls inside them (``past_the_cut``, ``best_first``).
         """
         started = self._decoded.epoch
+        payloads = self._cold
 
-        def search(asked: int) -> Awaitable[list[tuple[UUID, float]]]:
-            return self._read(query(asked))
+        def search(asked: int) -> Awaitable[Scored]:
+            return self._read(query(asked, payloads))
 
         scored = await past_the_cut(search, lambda point: point[1], limit)
-        kept = best_first(((pid, score, None) for pid, score in scored), limit)
-        payloads = await self._payloads(self._decoded.missing(point[0] for point in kept))
-        found = ((pid, score, payloads.get(point_key(pid))) for pid, score, _ in kept)
+        kept = best_first(scored, limit)
+        unheld = set(self._decoded.missing(pid for pid, _, _ in kept))
+        self._cold = bool(unheld)
+        stored = await self._payloads(
+            [pid for pid, _, payload in kept if payload is None and pid in unheld]
+        )
+        found = (
+            (pid, score, stored.get(pid) if payload is None else payload)
+            for pid, score, payload in kept
+        )
         return self._decoded.hits(found, started)
 
     async def _payloads(self, ids: Sequence[Any]) -> dict[UUID, dict[str, Any]]:

@@ -50,6 +50,7 @@ __all__ = [
     "Operation",
     "Optimize",
     "Retrieve",
+    "Scored",
     "Scroll",
     "ShardInfo",
     "ShardSpec",
@@ -59,7 +60,8 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-Scored = list[tuple[UUID, float]]
+# A search's answer: each point's id, score, and payload (None: not asked for).
+Scored = list[tuple[UUID, float, dict[str, Any] | None]]
 
 # Filter-aware HNSW links only for the fields searches are narrowed by (tenant, user): links
 # for kind, category and the like would multiply optimisation time for conditions that always
@@ -143,12 +145,26 @@ def _condition(condition: Condition) -> qe.FieldCondition:
 
 
 def _scored(
-    shard: qe.EdgeShard, query: qe.Query, conditions: Sequence[Condition], limit: int
+    shard: qe.EdgeShard,
+    query: qe.Query,
+    conditions: Sequence[Condition],
+    limit: int,
+    payloads: bool,
 ) -> Scored:
+    """Run the query for ids and scores, and read the payloads by id if asked.
+
+    The payloads are read apart: a query of 40 with payloads took 4.4-4.6 ms here, without
+    them 1.0 ms, and reading 40 payloads by id 0.44 ms (10,000 points in one scope).
+    """
     request = qe.QueryRequest(
         limit=limit, query=query, filter=_filter(conditions), with_payload=False
     )
-    return [(point_key(point.id), point.score) for point in shard.query(request)]
+    scored = [(point_key(point.id), point.score) for point in shard.query(request)]
+    stored: dict[UUID, dict[str, Any]] = {}
+    if payloads and scored:
+        ids = list[int | UUID | str](point_id for point_id, _ in scored)
+        stored = {point_key(r.id): r.payload or {} for r in shard.retrieve(ids, True, False)}
+    return [(point_id, score, stored.get(point_id)) for point_id, score in scored]
 
 
 def _sparse(indices: Sequence[int], values: Sequence[float]) -> qe.SparseVector:
@@ -157,31 +173,35 @@ def _sparse(indices: Sequence[int], values: Sequence[float]) -> qe.SparseVector:
 
 @dataclass(frozen=True, slots=True)
 class NearestDense(Operation[Scored]):
-    """The ``limit`` points in scope nearest to a float32 vector by cosine: (id, score)."""
+    """The ``limit`` points in scope nearest to a float32 vector by cosine: (id, score), and
+    their payloads with ``payloads``."""
 
     vector: bytes
     conditions: tuple[Condition, ...]
     limit: int
+    payloads: bool = False
 
     def apply(self, shard: qe.EdgeShard) -> Scored:
         """Search the dense vectors."""
         query = qe.Query.Nearest(_floats(self.vector), using=DENSE_VECTOR)
-        return _scored(shard, query, self.conditions, self.limit)
+        return _scored(shard, query, self.conditions, self.limit, self.payloads)
 
 
 @dataclass(frozen=True, slots=True)
 class NearestSparse(Operation[Scored]):
-    """The ``limit`` points in scope that best match a BM25 query vector: (id, score)."""
+    """The ``limit`` points in scope that best match a BM25 query vector: (id, score), and
+    their payloads with ``payloads``."""
 
     indices: tuple[int, ...]
     values: tuple[float, ...]
     conditions: tuple[Condition, ...]
     limit: int
+    payloads: bool = False
 
     def apply(self, shard: qe.EdgeShard) -> Scored:
         """Search the BM25 vectors."""
         query = qe.Query.Nearest(_sparse(self.indices, self.values), using=SPARSE_VECTOR)
-        return _scored(shard, query, self.conditions, self.limit)
+        return _scored(shard, query, self.conditions, self.limit, self.payloads)
 
 
 @dataclass(frozen=True, slots=True)

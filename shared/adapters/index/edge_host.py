@@ -35,6 +35,9 @@ _PICKLE = pickle.HIGHEST_PROTOCOL
 # What the child may be asked besides an operation on a shard.
 _OPEN = "open"
 _CLOSE = "close"
+# A host asked to stop finishes what it was doing and flushes every shard; past this it is
+# killed (the shard's write-ahead log holds every write it answered).
+STOP_SECONDS = 120.0
 
 
 class Shards(Protocol):
@@ -107,7 +110,7 @@ class HostedShards:
         self._reading: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._asked = 0
-        self._gone: HostExited | None = None
+        self._gone: str | None = None  # why nothing more can be asked
 
     async def start(self) -> None:
         """Spawn the child and connect to it."""
@@ -149,20 +152,25 @@ class HostedShards:
         await self._ask((_CLOSE, handle))
 
     async def stop(self) -> None:
-        """Close the socket: the child flushes and releases every shard, then exits."""
+        """Close the socket: the child flushes and releases every shard, then exits (killed if
+        it has not after ``STOP_SECONDS``)."""
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
         if self._process is not None:
-            await self._process.wait()
+            try:
+                await asyncio.wait_for(self._process.wait(), STOP_SECONDS)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
         if self._reading is not None:
             await asyncio.gather(self._reading, return_exceptions=True)
 
     async def _ask(self, message: tuple[Any, Any]) -> Any:
         if self._gone is not None:
-            raise self._gone
+            raise HostExited(self._gone)
         if self._writer is None:
             raise RuntimeError("the index host is not running: call start() first")
         self._asked += 1
@@ -192,10 +200,10 @@ class HostedShards:
             pass
         finally:
             status = None if self._process is None else await self._process.wait()
-            self._gone = HostExited(f"the index host exited (status {status})")
+            self._gone = f"the index host exited (status {status})"
             for answer in self._pending.values():
                 if not answer.done():
-                    answer.set_exception(self._gone)
+                    answer.set_exception(HostExited(self._gone))
             self._pending.clear()
 
 
