@@ -105,6 +105,12 @@ class PortInUse(StartupError):
         )
 
 
+def refuse_a_taken_port(host: str, port: int) -> None:
+    """Raise ``PortInUse`` if something listens on ``host``:``port``."""
+    if _port_open(host, port):
+        raise PortInUse(host, port)
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -190,8 +196,7 @@ class EmbeddedNats:
 
     def start(self, timeout: float = 15.0) -> None:
         """Spawn the server and wait until it accepts connections."""
-        if _port_open(self.host, self.port):
-            raise PortInUse(self.host, self.port)
+        refuse_a_taken_port(self.host, self.port)
         self._process = self._spawn()
         self._wait_listening(self._process, timeout)
         log.info("nats_server_started", url=self.url, pid=self._process.pid)

@@ -204,6 +204,40 @@ async def test_the_export_is_made_once_and_found_by_the_next_process() -> None:
     assert [str(exported)] == [entry["source"] for entry in loaded]
 
 
+def _export_copied(into: Path) -> Path:
+    """Copy the machine's fp32 export (made already) into a model folder of the test's own."""
+    name = export_name(bundled_minilm_path(), MINILM_NAME, int8=False)
+    into.mkdir(exist_ok=True)
+    shutil.copy(default_model_cache() / name, into / name)
+    return into / name
+
+
+async def test_openvino_reads_back_the_model_it_compiled_and_computes_the_same_vectors(
+    tmp_path: Path,
+) -> None:
+    """The first load compiles and keeps the compiled model beside the export; the next reads
+    it back (left as it was) and gives the same vectors to the bit; a damaged one is compiled
+    again; a folder where none can be kept still loads."""
+    await OnnxEmbedder(cache_dir=default_model_cache()).embed(["exported on first use"])
+    _export_copied(tmp_path / "models")
+    queries = ["What did I say about my greyhound?", "When is the dentist?"]
+    vectors = await OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "models").embed(queries)
+    [blob] = (tmp_path / "models" / "openvino").glob("*.blob")
+    stamp = blob.stat().st_mtime_ns
+
+    again = await OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "models").embed(queries)
+
+    np.testing.assert_array_equal(vectors, again)
+    assert stamp == blob.stat().st_mtime_ns
+    blob.write_bytes(blob.read_bytes()[:100_000])
+    damaged = await OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "models").embed(queries)
+    np.testing.assert_array_equal(vectors, damaged)
+    _export_copied(tmp_path / "kept-nowhere")
+    (tmp_path / "kept-nowhere" / "openvino").write_text("a file where the folder would be")
+    nowhere = OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "kept-nowhere")
+    np.testing.assert_array_equal(vectors, await nowhere.embed(queries))
+
+
 async def test_concurrent_first_calls_load_the_model_once() -> None:
     """Calls racing on a fresh embedder share one load."""
     embedder = OnnxEmbedder()
