@@ -5,6 +5,8 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -236,6 +238,35 @@ async def test_openvino_reads_back_the_model_it_compiled_and_computes_the_same_v
     (tmp_path / "kept-nowhere" / "openvino").write_text("a file where the folder would be")
     nowhere = OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "kept-nowhere")
     np.testing.assert_array_equal(vectors, await nowhere.embed(queries))
+
+
+LOAD_AND_EMBED = """
+import asyncio, sys
+from pathlib import Path
+from memoryd.shared.adapters.embeddings import OnnxEmbedder
+embedder = OnnxEmbedder(engine="openvino", cache_dir=Path(sys.argv[1]))
+vectors = asyncio.run(embedder.embed(["What did I say about my greyhound?"]))
+print(vectors.tobytes().hex())  # the last line: the log writes to stdout too
+"""
+
+
+def test_processes_starting_at_once_share_one_compiled_model(tmp_path: Path) -> None:
+    """Three processes load on one fresh model folder at once (a topology's first start):
+    each loads, with the same vector, and one compiled model is kept."""
+    _export_copied(tmp_path)
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_AND_EMBED, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [start.communicate(timeout=120)[0].splitlines()[-1] for start in starts]
+
+    assert [0, 0, 0] == [start.returncode for start in starts]
+    assert 1 == len(set(outputs))
+    assert 1 == len(list((tmp_path / "openvino").glob("*.blob")))
 
 
 async def test_concurrent_first_calls_load_the_model_once() -> None:

@@ -14,6 +14,7 @@ cosine (bfloat16 sums in another order). A lone 12-token question: 2.3 ms on two
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import queue
 import threading
@@ -47,6 +48,7 @@ WIDTH_STEP = 8
 # back (its weights then mapped from the 90 MB blob: 95 against 189 MB anonymous), the hidden
 # states equal to the bit.
 COMPILED_FOLDER = "openvino"
+LOCK_FILE = ".compiling"
 
 
 def onnxruntime_runner(exported: Path, threads: int = 1) -> Runner:
@@ -180,17 +182,26 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
 
 def _compiled(exported: Path, config: dict[str, Any]) -> Any:
     """Compile ``exported`` for the CPU, through OpenVINO's model cache beside it; without the
-    cache where its folder cannot be made (a read-only model folder)."""
+    cache where its folder cannot be made (a read-only model folder).
+
+    OpenVINO writes a blob in place, and a blob read back stays mapped: two processes that
+    found none and compiled at once would write the same file, one of them while a third had
+    already mapped it. Processes compile one at a time (a lock on a file in the folder), so
+    the first writes the blob and the rest read it back whole.
+    """
     import openvino.properties as props
 
     folder = exported.parent / COMPILED_FOLDER
     try:
         folder.mkdir(exist_ok=True)
+        lock = (folder / LOCK_FILE).open("a")
     except OSError:
         return openvino_core().compile_model(str(exported), "CPU", config)
-    return openvino_core().compile_model(
-        str(exported), "CPU", config | {props.cache_dir: str(folder)}
-    )
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return openvino_core().compile_model(
+            str(exported), "CPU", config | {props.cache_dir: str(folder)}
+        )
 
 
 def runner(engine: Engine, exported: Path, lanes: int, threads: int) -> Runner:
