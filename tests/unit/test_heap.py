@@ -15,8 +15,8 @@ def test_the_objects_alive_at_start_up_are_frozen() -> None:
     alive = [object()]
     try:
         frozen = freeze_startup_heap()
-        assert frozen == gc.get_freeze_count()
-        assert frozen > 0
+        # A frozen object can still be freed (another thread's, a test's before): never more.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert not any(obj is alive for obj in gc.get_objects())  # frozen ones are not listed
     finally:
         gc.unfreeze()
