@@ -264,7 +264,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
     max_tokens = settings.query_max_tokens if role == "queries" else None
     if role == "queries" and settings.query_embedding_runtime is not None:
         runtime = settings.query_embedding_runtime
-    if settings.embedding_kind == "local" and settings.embedding_model is None:
+    if _bundled(settings):
         threads = settings.embedding_threads
         if role == "queries":
             threads = settings.query_threads or min(2, os.cpu_count() or 1)
@@ -495,11 +495,15 @@ def _preload_models(
     then checks them as before (and says why one does not load). Only the process-wide
     bundled models: any other is a new instance per build.
     """
-    bundled = settings.embedding_kind == "local" and settings.embedding_model is None
-    if not bundled or ports["model"] is not None or not _needs_retrieval(components):
+    if not _bundled(settings) or ports["model"] is not None or not _needs_retrieval(components):
         return None
     models = _used_models(components, build_model(settings), build_model(settings, "queries"))
     return asyncio.gather(*(model.embed(["memoryd start-up check"]) for model in models))
+
+
+def _bundled(settings: Settings) -> bool:
+    """Say whether the workers' model is the bundled local one (one instance a process)."""
+    return settings.embedding_kind == "local" and settings.embedding_model is None
 
 
 def _needs_retrieval(components: Sequence[Component]) -> bool:
@@ -899,15 +903,22 @@ async def _opened_index(
     """Open the search index if a component needs one and none was handed in: at start-up
     beside NATS and SQL, since it needs neither (Qdrant Edge's host process starts meanwhile).
 
-    Opened after them, it was the last step of ``memoryd up``'s start once the models loaded
-    from OpenVINO's model cache (0.25-0.62 s after NATS and SQL, in a timeline of seven
+    Its width comes from the workers' model: a model handed in, or the bundled one (the
+    process's one instance). Any other model is built once, by ``open_retrieval``, which then
+    opens the index as before (None here): its width may need the model loaded.
+
+    Opened after NATS and SQL, it was the last step of ``memoryd up``'s start once the models
+    loaded from OpenVINO's model cache (0.27-0.62 s after them, in a timeline of seven
     starts); the spawn to the first recall, alternating: 1.87-2.03 s before both changes,
     1.50-1.60 s after.
     """
     handed: SearchIndex | None = ports["index"]
     if handed is not None or not _needs_retrieval(components):
         return handed
-    return await _built_index(settings, ports["model"] or build_model(settings), exit_stack)
+    model: Embedder | None = ports["model"]
+    if model is None and _bundled(settings):
+        model = build_model(settings)
+    return None if model is None else await _built_index(settings, model, exit_stack)
 
 
 async def _ready_retrieval(

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from memoryd.services import bootstrap
-from memoryd.services.bootstrap import start_stack
-from memoryd.shared.adapters.embeddings import OnnxEmbedder, Vectors
+from memoryd.services.bootstrap import EmbedderRole, start_stack
+from memoryd.shared.adapters.embeddings import Embedder, OnnxEmbedder, Vectors
+from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.client import MemoryClient
 from memoryd.shared.contracts import Scope
 from memoryd.shared.settings import Settings, StartupError
@@ -134,3 +135,35 @@ async def test_an_endpoint_of_the_configured_width_is_asked_at_start(
     stack = await start_stack(settings, ["recall"])
     await stack.stop()
     assert 1 == len(stand_in.requests)
+
+
+async def test_an_endpoint_model_is_built_once_for_the_workers_and_opens_the_index(
+    nats_url: str, tmp_path: Path, stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the bundled model is one instance a process: any other the workers use is built
+    once at start, and the index opens at its width."""
+    built: list[str] = []
+    build = bootstrap.build_model
+
+    def counted(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
+        built.append(role)
+        return build(settings, role)
+
+    monkeypatch.setattr(bootstrap, "build_model", counted)
+    settings = _settings(
+        nats_url,
+        tmp_path,
+        embedding_kind="openai",
+        embedding_base_url=stand_in.url,
+        embedding_model="stand-in-embed",
+        embedding_dimension=DIMENSION,
+    )
+    stack = await start_stack(settings, ["indexer", "recall"])
+    try:
+        assert stack.retrieval is not None
+        where = ScopeFilter(tenant="t", user_id="u")
+        # A vector of the endpoint's width is searched (another width would be refused).
+        assert [] == await stack.retrieval.index.search_dense([0.25] * DIMENSION, where, 5)
+    finally:
+        await stack.stop()
+    assert ["workers", "queries"] == built
