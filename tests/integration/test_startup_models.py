@@ -120,11 +120,9 @@ async def test_an_endpoint_of_another_width_refuses_the_start(
     assert f"[{DIMENSION}]" in message  # the width the endpoint sent
 
 
-async def test_an_endpoint_of_the_configured_width_is_asked_at_start(
-    nats_url: str, tmp_path: Path, stand_in: StandIn
-) -> None:
-    """A working endpoint of the right width starts, having answered once already."""
-    settings = _settings(
+def _endpoint_settings(nats_url: str, tmp_path: Path, stand_in: StandIn) -> Settings:
+    """Settings for the stand-in endpoint at its own width."""
+    return _settings(
         nats_url,
         tmp_path,
         embedding_kind="openai",
@@ -132,6 +130,13 @@ async def test_an_endpoint_of_the_configured_width_is_asked_at_start(
         embedding_model="stand-in-embed",
         embedding_dimension=DIMENSION,
     )
+
+
+async def test_an_endpoint_of_the_configured_width_is_asked_at_start(
+    nats_url: str, tmp_path: Path, stand_in: StandIn
+) -> None:
+    """A working endpoint of the right width starts, having answered once already."""
+    settings = _endpoint_settings(nats_url, tmp_path, stand_in)
     stack = await start_stack(settings, ["recall"])
     await stack.stop()
     assert 1 == len(stand_in.requests)
@@ -150,14 +155,7 @@ async def test_an_endpoint_model_is_built_once_for_the_workers_and_opens_the_ind
         return build(settings, role)
 
     monkeypatch.setattr(bootstrap, "build_model", counted)
-    settings = _settings(
-        nats_url,
-        tmp_path,
-        embedding_kind="openai",
-        embedding_base_url=stand_in.url,
-        embedding_model="stand-in-embed",
-        embedding_dimension=DIMENSION,
-    )
+    settings = _endpoint_settings(nats_url, tmp_path, stand_in)
     stack = await start_stack(settings, ["indexer", "recall"])
     try:
         assert stack.retrieval is not None
