@@ -34,7 +34,7 @@ from memoryd.services.mtm.projection import MtmProjection
 from memoryd.services.persona.projection import PersonaProjection
 from memoryd.services.recall.admission import Admission
 from memoryd.services.recall.browse import MemoryBrowser
-from memoryd.services.recall.cache import ReadCache
+from memoryd.services.recall.cache import ReadCache, VersionFeed
 from memoryd.services.recall.hybrid import HybridRetriever, Tuning
 from memoryd.services.recall.listing import MemoryListing
 from memoryd.services.recall.service import RecallService
@@ -93,7 +93,13 @@ from memoryd.shared.adapters.nats_log import (
 )
 from memoryd.shared.adapters.nats_notify import NotificationPublisher
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory, sql_error
+from memoryd.shared.adapters.sql.engine import (
+    LoopReads,
+    create_engine,
+    loop_reads,
+    session_factory,
+    sql_error,
+)
 from memoryd.shared.adapters.sql.schema import create_schema, missing_columns
 from memoryd.shared.domain.memoryos import MemoryOsParams
 from memoryd.shared.logging import REDACTOR
@@ -613,8 +619,10 @@ def recall_service(
     readers: async_sessionmaker[AsyncSession],
     retrieval: Retrieval,
     record: RecordVisit,
+    on_loop: LoopReads | None,
 ) -> RecallService:
-    """Return the recall service over the read models, the index and the query model."""
+    """Return the recall service over the read models, the index and the query model
+    (``on_loop``: the versions read on the event loop, a SQLite file's)."""
     cache = ReadCache(settings.recall_cache_entries)
     retriever = HybridRetriever(
         retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
@@ -628,7 +636,8 @@ def recall_service(
         settings.recall_held_pages,
     )
     admission = Admission.from_settings(settings)
-    return RecallService(readers, retriever, tiers, record, admission, cache)
+    feed = VersionFeed(on_loop=on_loop)
+    return RecallService(readers, retriever, tiers, record, admission, cache, feed)
 
 
 def subscribe_recall(broker: NatsBroker, service: RecallService) -> None:
@@ -1037,7 +1046,10 @@ async def _serve(stack: Stack, components: Sequence[Component]) -> None:
         settings = stack.settings
         visits = VisitRecorder(stack.publisher.publish, settings.recall_visit_interval_seconds)
         stack.on_stop(visits.close)  # runs after the broker stops answering
-        service = recall_service(settings, stack.readers, stack.retrieval, visits.add)
+        on_loop = loop_reads(settings.resolved_database_url())
+        if on_loop is not None:
+            stack.on_stop(on_loop.dispose)
+        service = recall_service(settings, stack.readers, stack.retrieval, visits.add, on_loop)
         subscribe_recall(stack.broker, service)
         listing = MemoryListing(stack.readers)
         browser = MemoryBrowser(stack.readers, memoryos_params(settings))

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql import tracking
+from memoryd.shared.adapters.sql.engine import LoopReadBusy, LoopReads
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -52,19 +53,28 @@ class VersionFeed:
     """Each user's version of the read models recall reads, as far as this process needs it.
 
     The first read takes each projection's version; every later read, in one statement, the
-    versions again and the users changed since the last read (``tracking.changes_since``). A
+    versions again and the users changed since the last read (``tracking.read_versions``). A
     user is followed from the first request that asks for them: until their rows change, their
     version is a token of this feed (negative, never given twice), then the sequence of the
     change. A change to a user nobody asked for is passed over: whoever asks later reads after
     it. Past ``max_users`` followed, the least recently asked is dropped (asked again, they
     get a new token, so nothing read before is served). A projection whose version went back
     (its read models rebuilt under a running recall) starts its users again.
+
+    With ``on_loop`` (a SQLite file), the versions are read on the event loop, in one call
+    (``LoopReads``), and through a session only while the file is locked.
     """
 
-    def __init__(self, consumers: tuple[str, ...] = RECALL_READS, max_users: int = 100_000) -> None:
+    def __init__(
+        self,
+        consumers: tuple[str, ...] = RECALL_READS,
+        max_users: int = 100_000,
+        on_loop: LoopReads | None = None,
+    ) -> None:
         """Follow ``consumers`` (base names: a partition's changes count as its projection's)."""
         self._consumers = consumers
         self._max_users = max_users
+        self._on_loop = on_loop
         self._since: dict[str, int] | None = None  # per stored consumer: the last version seen
         self._positions: OrderedDict[Owned, int] = OrderedDict()
         self._tokens = itertools.count(-1, -1)
@@ -72,13 +82,22 @@ class VersionFeed:
 
     async def read(self, sessions: async_sessionmaker[AsyncSession]) -> Versions:
         """Return the versions now: each projection's, and each user's when asked."""
-        async with sessions() as session:
-            if self._since is None:
-                rows = await tracking.version_rows(session)
-            else:
-                rows = await tracking.changes_since(session, self._since)
+        rows = self._read_on_loop()
+        if rows is None:
+            async with sessions() as session:
+                rows = await tracking.read_versions(session, self._since)
         moved, erased = self._follow(rows)
         return Versions(self._wide(rows), self, frozenset(moved), frozenset(erased))
+
+    def _read_on_loop(self) -> list[tracking.VersionRow] | None:
+        """Return the rows read on the loop (None: no loop reads, or the file was locked)."""
+        if self._on_loop is None:
+            return None
+        since = self._since
+        try:
+            return self._on_loop.run(lambda connected: tracking.read_versions_on(connected, since))
+        except LoopReadBusy:
+            return None
 
     def position(self, consumer: str, owner: str) -> int:
         """Return the version of ``owner``'s rows in ``consumer``'s read models."""
@@ -167,10 +186,8 @@ class VersionReads:
 
     A request must see every write applied before it arrived (a caller that waited until its
     write was applied recalls it), so it never takes a read that began before it arrived: it
-    joins the next read, which starts when the running one ends. Under load one read (a
-    session and a statement through the SQL driver's thread: ~2 ms of process CPU, both
-    threads counted) serves every request that queued meanwhile; one caller waits for its own
-    read only.
+    joins the next read, which starts when the running one ends. Under load one read serves
+    every request that queued meanwhile; one caller waits for its own read only.
     """
 
     def __init__(self, read: Callable[[], Awaitable[Versions]]) -> None:

@@ -3,9 +3,12 @@ user's state when their own rows changed."""
 # The project style puts the expected value first; ruff's SIM300 forbids it.
 
 import asyncio
+import sqlite3
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import cast
 
+import pytest
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,7 +23,12 @@ from memoryd.services.recall.cache import (
 from memoryd.services.runtime.projection import Positioned, apply_once
 from memoryd.shared import subjects
 from memoryd.shared.adapters.sql import tracking
-from memoryd.shared.adapters.sql.engine import create_engine, session_factory
+from memoryd.shared.adapters.sql.engine import (
+    LoopReadBusy,
+    create_engine,
+    loop_reads,
+    session_factory,
+)
 from memoryd.shared.adapters.sql.schema import create_schema, drop_read_models
 from memoryd.shared.adapters.sql.tables import memories
 from memoryd.shared.contracts.events import Category, MemoryRemembered, TurnRecorded
@@ -263,7 +271,7 @@ async def test_a_batch_moves_the_version_only_when_the_projection_folds_one_of_i
 
 async def versions(session: AsyncSession) -> dict[str | None, int]:
     """Return the memories projection's version (None) and each of its users' versions."""
-    changes = await tracking.changes_since(session, {})
+    changes = await tracking.read_versions(session, {})
     return {row.owner: row.sequence for row in changes if row.consumer == MEMORIES}
 
 
@@ -390,3 +398,71 @@ def test_the_requests_of_one_versions_read_settle_once() -> None:
 
     assert (1, 0) == (first, second)
     assert (True, "after her write") == cache.lookup(MEMORIES, "anna", 7)
+
+
+async def test_versions_read_on_the_loop_are_the_sessions_read(tmp_path: Path) -> None:
+    """On a SQLite file the feed reads on the event loop what a session reads: each
+    projection's version, and a followed user's change."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'memoryd.db'}"
+    engine = create_engine(url)
+    await create_schema(engine)
+    sessions = session_factory(engine)
+    on_loop = loop_reads(url)
+    assert on_loop is not None
+    anna = tracking.owner_key("acme", "anna")
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, MEMORIES, 3, {anna: False})
+    fed, by_session = VersionFeed(on_loop=on_loop), VersionFeed()
+    first = [await feed.read(sessions) for feed in (fed, by_session)]
+    followed = [v.of(MEMORIES, ("acme", "anna")) for v in first]
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, MEMORIES, 8, {anna: False})
+    second = [await feed.read(sessions) for feed in (fed, by_session)]
+    await on_loop.dispose()
+    await engine.dispose()
+
+    assert [3, 3] == [v[MEMORIES] for v in first]
+    assert [8, 8] == [v[MEMORIES] for v in second]
+    assert [(8, anna), (8, anna)] == [v.of(MEMORIES, ("acme", "anna")) for v in second]
+    assert followed[0] != (8, anna)
+
+
+async def test_a_locked_file_is_read_through_a_session(tmp_path: Path) -> None:
+    """While another connection holds the file locked, a read on the loop gives up at once
+    (it never holds the loop) and the feed reads through a session, which waits."""
+    path = tmp_path / "memoryd.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    engine = create_engine(url)
+    await create_schema(engine)
+    sessions = session_factory(engine)
+    async with sessions() as session, session.begin():
+        await tracking.changed(session, MEMORIES, 5)
+    await engine.dispose()  # the lock below is only to be had with no other connection
+    on_loop = loop_reads(url)
+    assert on_loop is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE read_model_versions SET sequence = 6")
+
+    with pytest.raises(LoopReadBusy):
+        on_loop.run(lambda connection: tracking.read_versions_on(connection, None))
+    reading = asyncio.create_task(VersionFeed(on_loop=on_loop).read(sessions))
+    await asyncio.sleep(0.3)
+    waited = not reading.done()
+    holder.execute("COMMIT")
+    holder.close()
+    found = await reading
+    await on_loop.dispose()
+    await engine.dispose()
+
+    assert waited
+    assert 6 == found[MEMORIES]
+
+
+def test_only_a_sqlite_file_is_read_on_the_loop() -> None:
+    """PostgreSQL's driver makes one round trip a statement, and another connection to a
+    database in memory would see another database: neither gets reads on the loop."""
+    assert None is loop_reads("postgresql+asyncpg://postgres@127.0.0.1/test")
+    assert None is loop_reads("sqlite+aiosqlite:///:memory:")
+    assert None is loop_reads("sqlite+aiosqlite://")

@@ -10,11 +10,22 @@ so a reader's cache of one user outlives every other user's writes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import CompoundSelect, and_, bindparam, delete, literal, or_, select
+from sqlalchemy import (
+    CompoundSelect,
+    Connection,
+    Executable,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.sql.tables import (
@@ -79,7 +90,7 @@ async def changed(
 
 
 class VersionRow(NamedTuple):
-    """A row of ``version_rows`` / ``changes_since``: a consumer's version (owner None) or
+    """A row of ``read_versions``: a consumer's version (owner None) or
     one of its users' (and whether that change erased them)."""
 
     consumer: str
@@ -88,32 +99,48 @@ class VersionRow(NamedTuple):
     erased: bool = False
 
 
-async def version_rows(session: AsyncSession) -> list[VersionRow]:
-    """Return each consumer's version, one row per consumer (owner None), as stored."""
-    c = read_model_versions.c
-    rows = await session.execute(select(c.consumer, c.sequence))
-    return [VersionRow(consumer, None, int(sequence)) for consumer, sequence in rows]
-
-
-async def changes_since(session: AsyncSession, since: Mapping[str, int]) -> list[VersionRow]:
+async def read_versions(session: AsyncSession, since: Mapping[str, int] | None) -> list[VersionRow]:
     """Return each consumer's version (owner None) and, in the same statement, each user it
-    changed after ``since[consumer]``; every user of a consumer ``since`` does not name.
+    changed after ``since[consumer]`` (every user of a consumer ``since`` does not name);
+    with ``since`` None, the consumers' versions alone.
 
     One consumer's batches commit one after the other in sequence order (its tracking row is
     locked), so a reader that asks from the last version it saw misses no user.
     """
-    names = tuple(since)
+    statement, values = _versions_query(since)
+    return _version_rows(await session.execute(statement, values))
+
+
+def read_versions_on(connection: Connection, since: Mapping[str, int] | None) -> list[VersionRow]:
+    """Return what ``read_versions`` does, on a synchronous connection (``LoopReads``)."""
+    statement, values = _versions_query(since)
+    return _version_rows(connection.execute(statement, values))
+
+
+def _versions_query(since: Mapping[str, int] | None) -> tuple[Executable, dict[str, int]]:
+    if since is None:
+        return _consumers_statement(), {}
     values = {f"since_{n}": sequence for n, sequence in enumerate(since.values())}
-    rows = await session.execute(_changes_statement(names), values)
+    return _changes_statement(tuple(since)), values
+
+
+def _version_rows(rows: Iterable[Sequence[Any]]) -> list[VersionRow]:
     return [
         VersionRow(consumer, owner, int(sequence), bool(erased))
         for consumer, owner, sequence, erased in rows
     ]
 
 
+@lru_cache(maxsize=1)
+def _consumers_statement() -> Select[Any]:
+    c, u = read_model_versions.c, user_versions.c
+    no_owner, not_erased = literal(None, u.owner.type), literal(False, u.erased.type)
+    return select(c.consumer, no_owner, c.sequence, not_erased)
+
+
 @lru_cache(maxsize=64)
 def _changes_statement(consumers: tuple[str, ...]) -> CompoundSelect[Any]:
-    """Return ``changes_since``'s statement for these consumers, the versions bound on execute.
+    """Return ``read_versions``' statement for these consumers, the versions bound on execute.
 
     Built once per set of consumers (it changes when a projection first commits): recall
     reads the versions before every request. A read on 5,000 turns' read models (scratch,
