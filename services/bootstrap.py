@@ -622,16 +622,10 @@ def recall_service(
     on_loop: LoopReads | None,
 ) -> RecallService:
     """Return the recall service over the read models, the index and the query model
-    (``on_loop``: a SQLite file's short reads made on the event loop: the versions, the
-    graph's items)."""
+    (``on_loop``: the versions read on the event loop, a SQLite file's)."""
     cache = ReadCache(settings.recall_cache_entries)
     retriever = HybridRetriever(
-        retrieval.index,
-        retrieval.query_embedder,
-        readers,
-        Tuning.from_settings(settings),
-        cache,
-        on_loop=on_loop,
+        retrieval.index, retrieval.query_embedder, readers, Tuning.from_settings(settings), cache
     )
     params = memoryos_params(settings)
     tiers = TierRecall(

@@ -34,7 +34,6 @@ from memoryd.services.recall.dates import ImpliedDate, implied_date
 from memoryd.shared import subjects
 from memoryd.shared.adapters.embeddings import Embedder
 from memoryd.shared.adapters.index import Hit, ScopeFilter, SearchIndex
-from memoryd.shared.adapters.sql.engine import LoopReads
 from memoryd.shared.adapters.sql.times import stored_utc
 from memoryd.shared.contracts.recall import (
     Explanation,
@@ -541,11 +540,8 @@ class HybridRetriever:
         sessions: async_sessionmaker[AsyncSession],
         tuning: Tuning = Tuning(),
         cache: ReadCache | None = None,
-        *,
-        on_loop: LoopReads | None = None,
     ) -> None:
         self._index = index
-        self._on_loop = on_loop
         self._embedder = embedder
         self._sessions = sessions
         self.tuning = tuning
@@ -652,9 +648,7 @@ class HybridRetriever:
         version, _ = at.of(subjects.GRAPH_CONSUMER, (where.tenant, where.user_id))
         known = self._graph_items.at(version, where)
         async with self._sessions() as session:
-            return await graph_search(
-                session, query, where, limit, held, known=known, on_loop=self._on_loop
-            )
+            return await graph_search(session, query, where, limit, held, known=known)
 
 
 def _section(

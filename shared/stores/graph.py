@@ -33,7 +33,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memoryd.shared.adapters.index import ScopeFilter
 from memoryd.shared.adapters.llm.offline import USER_ENTITY
-from memoryd.shared.adapters.sql.engine import LoopReadBusy, LoopReads
 from memoryd.shared.adapters.sql.tables import graph_edges, graph_items, graph_mentions, graph_nodes
 from memoryd.shared.adapters.sql.times import stored_utc
 from memoryd.shared.adapters.sql.upsert import upsert
@@ -147,14 +146,12 @@ async def graph_search(
     graph: ScopeGraph | None = None,
     *,
     known: KnownItems | None = None,
-    on_loop: LoopReads | None = None,
 ) -> list[GraphHit]:
     """Return the items the query's entities lead to, best first.
 
     A mention counts ``ln(1 + items / mentions)`` (rare entities say more); hubs count 0.
     ``graph`` is ``scope_graph`` of the scope when the caller holds it already; ``known``
-    holds items read before in this scope (see ``KnownItems``), and gains the ones read now;
-    with ``on_loop`` (a SQLite file) those are read on the event loop while it is not locked.
+    holds items read before in this scope (see ``KnownItems``), and gains the ones read now.
     """
     graph = graph if graph is not None else await scope_graph(session, scope)
     start = matched_entities(query, graph.names)
@@ -165,8 +162,7 @@ async def graph_search(
     scores = graph_scores(found, reached, graph.total, graph.counts)
     if not scores:
         return []
-    known = {} if known is None else known
-    return await _best_hits(session, scope, scores, limit, known, on_loop=on_loop)
+    return await _best_hits(session, scope, scores, limit, {} if known is None else known)
 
 
 async def _valid_edges(session: AsyncSession, scope: ScopeFilter) -> list[Edge]:
@@ -183,8 +179,6 @@ async def _best_hits(
     scores: Mapping[uuid.UUID, float],
     limit: int,
     known: KnownItems,
-    *,
-    on_loop: LoopReads | None,
 ) -> list[GraphHit]:
     """Read the best-scored items inside ``scope``; return at most ``limit``, best first.
 
@@ -194,7 +188,7 @@ async def _best_hits(
     best = heapq.nsmallest(limit * 4, scores, key=lambda item_id: (-scores[item_id], item_id.int))
     missing = [item_id for item_id in best if item_id not in known]
     if missing:
-        known.update(await _items_in_scope(session, scope, missing, on_loop))
+        known.update(await _items_in_scope(session, scope, missing))
     hits = [
         GraphHit(item_id, scores[item_id], fields)
         for item_id in best
@@ -205,30 +199,16 @@ async def _best_hits(
 
 
 async def _items_in_scope(
-    session: AsyncSession,
-    scope: ScopeFilter,
-    item_ids: Sequence[uuid.UUID],
-    on_loop: LoopReads | None,
+    session: AsyncSession, scope: ScopeFilter, item_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, dict[str, Any] | None]:
     """Return each item's fields if it is inside ``scope``, else None."""
     # Found by primary key, the owner checked here: with tenant and user in the WHERE clause,
     # SQLite walks every item of the user through the (tenant, user, memory) index instead.
-    query = select(graph_items).where(
-        graph_items.c.item_id.in_(item_ids), item_filter(scope, owner=False)
+    rows = await session.execute(
+        select(graph_items).where(
+            graph_items.c.item_id.in_(item_ids), item_filter(scope, owner=False)
+        )
     )
-    if on_loop is not None:
-        try:
-            rows = on_loop.run(lambda connection: connection.execute(query).all())
-        except LoopReadBusy:
-            pass
-        else:
-            return _owned_items(rows, scope, item_ids)
-    return _owned_items((await session.execute(query)).all(), scope, item_ids)
-
-
-def _owned_items(
-    rows: Iterable[Row[Any]], scope: ScopeFilter, item_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, dict[str, Any] | None]:
     found: dict[uuid.UUID, dict[str, Any] | None] = dict.fromkeys(item_ids)
     for row in rows:
         if _owned(row, scope):
