@@ -109,7 +109,10 @@ class LoopReads:
     never waits for a writer, so a short read does not hold the loop; one that finds the file
     locked (SQLite's recovery after a crash, a change of journal mode) gives up at once (busy
     timeout 0) and raises ``LoopReadBusy``, for the caller to read through the async driver,
-    which waits. Only for reads that touch a few rows: a long one would stop every request.
+    which waits. Only for reads that touch a few rows: through the driver, SQLite's own work
+    runs in its thread beside the loop (sqlite3 releases the GIL), and here it stops every
+    request. The graph stream's read of up to 200 items by key, moved here, took 50 callers
+    from 94.9 to 87.7 recalls/s (means of four and five runs, session 38): it stayed.
     """
 
     def __init__(self, url: str) -> None:
