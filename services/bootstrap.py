@@ -99,6 +99,7 @@ from memoryd.shared.adapters.sql.engine import (
     loop_reads,
     session_factory,
     sql_error,
+    sqlite_file,
 )
 from memoryd.shared.adapters.sql.schema import create_schema, missing_columns
 from memoryd.shared.domain.memoryos import MemoryOsParams
@@ -298,7 +299,7 @@ def _cache_engine(engine: AsyncEngine, exit_stack: AsyncExitStack) -> AsyncEngin
     # the cache's write would wait on the very transaction that asked for it: on SQLite the
     # cache lives in a file of its own beside the read models (it is not a read model).
     url = engine.url
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    if not sqlite_file(url) or url.database is None:
         return engine
     cache = create_engine(str(url.set(database=str(Path(url.database).with_name("embeddings.db")))))
     exit_stack.push_async_callback(cache.dispose)

@@ -414,17 +414,22 @@ async def test_versions_read_on_the_loop_are_the_sessions_read(tmp_path: Path) -
         await tracking.changed(session, MEMORIES, 3, {anna: False})
     fed, by_session = VersionFeed(on_loop=on_loop), VersionFeed()
     first = [await feed.read(sessions) for feed in (fed, by_session)]
-    followed = [v.of(MEMORIES, ("acme", "anna")) for v in first]
+    for v in first:
+        v.of(MEMORIES, ("acme", "anna"))  # anna is followed from here on
     async with sessions() as session, session.begin():
         await tracking.changed(session, MEMORIES, 8, {anna: False})
     second = [await feed.read(sessions) for feed in (fed, by_session)]
+    since = {MEMORIES: 3}
+    read_here = on_loop.run(lambda connection: tracking.read_versions_on(connection, since))
+    async with sessions() as session:
+        read_by_session = await tracking.read_versions(session, since)
     await on_loop.dispose()
     await engine.dispose()
 
     assert [3, 3] == [v[MEMORIES] for v in first]
     assert [8, 8] == [v[MEMORIES] for v in second]
     assert [(8, anna), (8, anna)] == [v.of(MEMORIES, ("acme", "anna")) for v in second]
-    assert followed[0] != (8, anna)
+    assert read_by_session == read_here  # read on the loop itself, not through a session
 
 
 async def test_a_locked_file_is_read_through_a_session(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -67,7 +67,7 @@ def create_engine(url: str, *, search_path: str | None = None) -> AsyncEngine:
     """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        if sqlite_file(parsed) and parsed.database:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -135,16 +135,18 @@ class LoopReads:
         self._engine.dispose()
 
 
+def sqlite_file(url: str | URL) -> bool:
+    """Say whether ``url`` names a SQLite database in a file (not one in memory)."""
+    parsed = make_url(url)
+    in_memory = parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query)
+    return parsed.get_backend_name() == "sqlite" and not in_memory
+
+
 def loop_reads(url: str) -> LoopReads | None:
     """Return reads on the event loop for a SQLite file (None: another database, whose async
     driver makes one round trip a statement, or a database in memory, which another
     connection would not see)."""
-    parsed = make_url(url)
-    database = parsed.database or ":memory:"
-    in_memory = database == ":memory:" or "memory" in str(parsed.query)
-    if parsed.get_backend_name() != "sqlite" or in_memory:
-        return None
-    return LoopReads(url)
+    return LoopReads(url) if sqlite_file(url) else None
 
 
 def _loop_reader_pragmas(dbapi_connection: Any, _record: Any) -> None:
