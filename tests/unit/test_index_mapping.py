@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from memoryd.shared.adapters.index._mapping import (
     MOST_ASKED,
     best_first,
+    dense_bytes,
     dense_values,
     hit_from_stored,
     more_needed,
@@ -178,3 +179,14 @@ def test_best_first_is_the_same_whatever_the_order_it_is_given(
         for point_id, score, payload in scored
     ]
     assert kept == sorted(equal, key=lambda item: (-item[1], item[0]))[:limit]
+
+
+def test_dense_bytes_are_the_float32_values_the_engine_is_given() -> None:
+    vector = np.array([0.5, -0.25, 3.0], dtype=np.float64)
+    packed = dense_bytes(vector, 3)
+    assert np.frombuffer(packed, dtype=np.float32).tolist() == [0.5, -0.25, 3.0]
+    assert dense_bytes([0.5, -0.25, 3.0], 3) == packed
+    with pytest.raises(ValueError, match="shape"):
+        dense_bytes([1.0, 2.0], 3)
+    with pytest.raises(ValueError, match="NaN"):
+        dense_bytes([1.0, float("inf"), 0.0], 3)

@@ -252,10 +252,23 @@ def point_from_stored(
 
 def dense_values(vector: DenseVector, dimension: int) -> list[float]:
     """Return the vector as a list of floats, refusing a wrong dimension or a non-finite value."""
-    array = np.asarray(vector, dtype=np.float32)
+    values: list[float] = _checked(vector, dimension).tolist()
+    return values
+
+
+def dense_bytes(vector: DenseVector, dimension: int) -> bytes:
+    """Return the vector's float32 bytes, as ``dense_values`` checks it.
+
+    Straight from the array: through a list of floats it cost 13.6 us a point against 2.6
+    (the 4,100 points a replay of 5,700 events lays out: 56 against 11 ms).
+    """
+    return _checked(vector, dimension).tobytes()
+
+
+def _checked(vector: DenseVector, dimension: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    array = np.ascontiguousarray(vector, dtype=np.float32)
     if array.shape != (dimension,):
         raise ValueError(f"dense vector must have shape ({dimension},), got {array.shape}")
     if not np.isfinite(array).all():
         raise ValueError("dense vector holds a NaN or an infinity")
-    values: list[float] = array.tolist()
-    return values
+    return array

@@ -16,7 +16,7 @@ import structlog
 from memoryd.shared.adapters.index._mapping import (
     DecodedPoints,
     best_first,
-    dense_values,
+    dense_bytes,
     past_the_cut,
     point_from_stored,
     scope_conditions,
@@ -39,7 +39,6 @@ from memoryd.shared.adapters.index.edge_engine import (
     ShardSpec,
     Store,
     StoredPoint,
-    float32_bytes,
 )
 from memoryd.shared.adapters.index.edge_host import HostedShards, HostExited, InlineShards, Shards
 from memoryd.shared.adapters.index.port import DenseVector, Hit, IndexPoint, ScopeFilter
@@ -251,7 +250,7 @@ class EdgeSearchIndex:
         return tuple(
             StoredPoint(
                 point.id,
-                float32_bytes(dense_values(point.dense, self._dimension)),
+                dense_bytes(point.dense, self._dimension),
                 point.text,
                 point.payload.model_dump(mode="json"),
             )
@@ -341,7 +340,7 @@ class EdgeSearchIndex:
         self, vector: DenseVector, filter: ScopeFilter, limit: int = 10
     ) -> list[Hit]:
         """Return the points in scope nearest to the vector by cosine, best first."""
-        packed = float32_bytes(dense_values(vector, self._dimension))
+        packed = dense_bytes(vector, self._dimension)
         conditions = scope_conditions(filter)
         return await self._search(
             lambda asked, payloads: NearestDense(packed, conditions, asked, payloads), limit

@@ -56,7 +56,6 @@ __all__ = [
     "ShardSpec",
     "Store",
     "StoredPoint",
-    "float32_bytes",
 ]
 
 R = TypeVar("R")
@@ -67,11 +66,6 @@ Scored = list[tuple[UUID, float, dict[str, Any] | None]]
 # for kind, category and the like would multiply optimisation time for conditions that always
 # arrive together with a tenant condition anyway.
 _HNSW_FIELDS = frozenset({TENANT_FIELD, "user_id"})
-
-
-def float32_bytes(values: Sequence[float]) -> bytes:
-    """Return a vector's float32 bytes, as a dense vector travels to the engine."""
-    return array("f", values).tobytes()
 
 
 def _floats(packed: bytes) -> list[float]:
