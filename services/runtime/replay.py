@@ -284,6 +284,7 @@ async def fold(
     Return the seconds each projection took.
     """
     seconds: dict[str, float] = {}
+    digests = ledger.Digests()  # each event digested once, however many projections fold it
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
@@ -292,7 +293,7 @@ async def fold(
             progress(projection.consumer, 0, len(mine))
         folded = 0
         for batch in batches(mine, batch_size):
-            await apply_once(sessions, projection, batch, None)
+            await apply_once(sessions, projection, batch, None, digests=digests)
             folded += len(batch)
             if progress is not None:
                 progress(projection.consumer, folded, len(mine))
