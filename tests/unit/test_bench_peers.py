@@ -32,6 +32,7 @@ from memoryd.services.bench.peers import (
     command_line,
     latency_figures,
     load_workload,
+    parse_pss_kb,
     parse_vm_hwm_kb,
     parse_vm_rss_kb,
     percentile,
@@ -42,6 +43,7 @@ from memoryd.services.bench.peers import (
     report_paths,
     table_rows,
     tree_below,
+    tree_pss_kb,
     tree_status,
 )
 from memoryd.services.cli import _parser, _peer_options
@@ -357,6 +359,48 @@ def test_vm_rss_is_read_from_a_status_text() -> None:
     assert 0 == parse_vm_rss_kb("Name:\tkthreadd\n")
 
 
+def test_pss_is_read_from_a_smaps_rollup_text() -> None:
+    """The proportional set in kB, not Pss_Anon or the resident set; 0 when absent."""
+    rollup = (
+        "55d0c0de0000-7ffd00000000 ---p 00000000 00:00 0  [rollup]\n"
+        "Rss:              468000 kB\nPss:              371000 kB\nPss_Anon:  219000 kB\n"
+    )
+
+    assert 371_000 == parse_pss_kb(rollup)
+    assert 0 == parse_pss_kb("Rss: 10 kB\n")
+
+
+def test_a_page_mapped_twice_counts_once_in_the_tree_pss_and_twice_in_its_rss(
+    tmp_path: Path,
+) -> None:
+    """A child maps one 64 MB file twice and touches both: its resident set grows by ~128
+    MB, its proportional set by ~64 (what a process that maps one compiled model twice
+    holds); a process that is gone adds nothing."""
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"w" * (64 * 1024 * 1024))
+    hold = (
+        "import mmap, sys, time\n"
+        "f = open(sys.argv[1], 'rb')\n"
+        "maps = [mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) for _ in range(2)]\n"
+        "total = sum(m[i] for m in maps for i in range(0, len(m), 4096))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", hold, str(data)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and "ready" in child.stdout.readline()
+        rss_kb, _ = tree_status(child.pid)[child.pid]
+        pss_kb = tree_pss_kb([child.pid])
+    finally:
+        child.kill()
+        child.wait(30)
+
+    assert rss_kb - pss_kb > 50 * 1024
+    assert 0 == tree_pss_kb([child.pid])
+
+
 def tree_rss_mb(root: int) -> float:
     """Return the resident set of ``root``'s tree now, summed, in MB."""
     return sum(rss for rss, _ in tree_status(root).values()) / 1024
@@ -393,6 +437,7 @@ def test_the_summed_peaks_count_a_child_that_exited_before_the_end() -> None:
     assert figures["peak_rss_mb"] >= figures["peak_rss_main_mb"] + 150
     assert figures["peak_rss_mb"] >= figures["peak_rss_sampled_mb"]
     assert figures["peak_rss_main_mb"] > 0
+    assert 0 < figures["peak_pss_sampled_mb"] <= figures["peak_rss_sampled_mb"]
 
 
 def test_the_run_byte_compiles_memoryds_sources_and_leaves_the_tree_as_it_found_it(
