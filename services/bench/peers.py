@@ -268,7 +268,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "optimising child, had it run, even one stopped with the service; mem0: the process "
         "that runs it): an upper bound, since those peaks need not coincide. "
         "Summed at each sample: the tree's resident sets read together every 0.1 s, the "
-        "largest sum (what the tree held at once). memoryd's sources are byte-compiled "
+        "largest sum (what the tree held at once). PSS: the tree's proportional sets read "
+        "together about every second, the largest sum; a page mapped N times counts 1/N at "
+        "each mapping (a resident set counts it at every one). memoryd's sources are "
+        "byte-compiled "
         "before its side starts, as pip compiles an installed package (mem0's are).",
         "",
     ]
