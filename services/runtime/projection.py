@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
@@ -173,30 +173,21 @@ async def apply_once(
     ledger's digests made once across projections (a replay's, ``ledger.Digests``).
     """
     live = publisher is not None  # replay records no decisions: nothing to pipeline
-    digest_of = digests.of if digests is not None else ledger.digest
+    attempt = partial(
+        _apply_once,
+        sessions,
+        projection,
+        batch,
+        publisher,
+        through=through,
+        reject=reject,
+        digest_of=digests.of if digests is not None else ledger.digest,
+    )
     try:
-        return await _apply_once(
-            sessions,
-            projection,
-            batch,
-            publisher,
-            through=through,
-            reject=reject,
-            pipelining=live,
-            digest_of=digest_of,
-        )
+        return await attempt(pipelining=live)
     except DecisionsDiverged as diverged:
         log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
-        return await _apply_once(
-            sessions,
-            projection,
-            batch,
-            publisher,
-            through=through,
-            reject=reject,
-            pipelining=False,
-            digest_of=digest_of,
-        )
+        return await attempt(pipelining=False)
 
 
 async def _apply_once(
