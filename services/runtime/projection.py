@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
@@ -160,7 +160,6 @@ async def apply_once(
     *,
     through: int | None = None,
     reject: Reject | None = None,
-    digests: ledger.Digests | None = None,
 ) -> Effects:
     """Apply the not-yet-applied part of ``batch`` and advance tracking in one transaction.
 
@@ -169,25 +168,18 @@ async def apply_once(
     was applied before (see ``ledger``) is skipped when it is the same event, and handed to
     ``reject`` (sequence, reason) before commit when it is not. Decisions are recorded
     ``pipelined``; when the log kept another copy of one, the batch is rolled back and applied
-    again waiting for each decision, so it folds the copies the log holds. ``digests``: the
-    ledger's digests made once across projections (a replay's, ``ledger.Digests``).
+    again waiting for each decision, so it folds the copies the log holds.
     """
     live = publisher is not None  # replay records no decisions: nothing to pipeline
-    attempt = partial(
-        _apply_once,
-        sessions,
-        projection,
-        batch,
-        publisher,
-        through=through,
-        reject=reject,
-        digest_of=digests.of if digests is not None else ledger.digest,
-    )
     try:
-        return await attempt(pipelining=live)
+        return await _apply_once(
+            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=live
+        )
     except DecisionsDiverged as diverged:
         log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
-        return await attempt(pipelining=False)
+        return await _apply_once(
+            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=False
+        )
 
 
 async def _apply_once(
@@ -199,7 +191,6 @@ async def _apply_once(
     through: int | None,
     reject: Reject | None,
     pipelining: bool,
-    digest_of: Callable[[Event], str],
 ) -> Effects:
     last = through if through is not None else (batch[-1].sequence if batch else 0)
     held = held_state(projection)
@@ -211,7 +202,7 @@ async def _apply_once(
         fresh = [i for i in batch if i.sequence > applied and folds_event(projection, i.event)]
         # One ledger per projection, whatever its partitions: an event id is one identity.
         ledger_key = subjects.base_consumer(projection.consumer)
-        admitted = await _admit(session, ledger_key, fresh, reject, digest_of)
+        admitted = await _admit(session, ledger_key, fresh, reject)
         live = publisher is not None
         effects = Effects()
         if admitted:
@@ -238,15 +229,11 @@ def users_changed(admitted: Sequence[Positioned]) -> dict[str, bool]:
 
 
 async def _admit(
-    session: AsyncSession,
-    consumer: str,
-    fresh: list[Positioned],
-    reject: Reject | None,
-    digest_of: Callable[[Event], str],
+    session: AsyncSession, consumer: str, fresh: list[Positioned], reject: Reject | None
 ) -> list[Positioned]:
     """Return the events to apply; record them in the ledger, refuse conflicting copies."""
     seen = await ledger.first_seen(session, consumer, (item.event.event_id for item in fresh))
-    admission = ledger.admit(fresh, seen, digest_of)
+    admission = ledger.admit(fresh, seen)
     for item, reason in admission.conflicts:
         if reject is not None:
             await reject(item.sequence, reason)

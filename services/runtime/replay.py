@@ -284,7 +284,6 @@ async def fold(
     Return the seconds each projection took.
     """
     seconds: dict[str, float] = {}
-    digests = ledger.Digests()  # each event digested once, however many projections fold it
     for projection in projections:
         started = time.perf_counter()
         target = targets[projection.consumer]
@@ -293,7 +292,7 @@ async def fold(
             progress(projection.consumer, 0, len(mine))
         folded = 0
         for batch in batches(mine, batch_size):
-            await apply_once(sessions, projection, batch, None, digests=digests)
+            await apply_once(sessions, projection, batch, None)
             folded += len(batch)
             if progress is not None:
                 progress(projection.consumer, folded, len(mine))

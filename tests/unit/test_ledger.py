@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from memoryd.shared.adapters.sql.ledger import Digests, FirstSeen, admit, digest
+from memoryd.shared.adapters.sql.ledger import FirstSeen, admit, digest
 from memoryd.shared.contracts import Scope, TurnRecorded
 from memoryd.shared.contracts.events import Event
 
@@ -66,18 +66,3 @@ def test_an_id_reused_for_other_content_is_refused_with_the_first_sequence() -> 
     reason = admission.conflicts[0][1]
     assert str(event_id) in reason and "stream seq 4" in reason
     assert "\n" not in reason
-
-
-def test_a_replays_digests_tell_a_conflicting_copy_as_the_ledger_does() -> None:
-    """Made once per event object, the digests still set a copy apart from a conflict."""
-    event_id = uuid.uuid4()
-    first, same, other = turn(event_id, "a"), turn(event_id, "a"), turn(event_id, "b")
-    digests = Digests()
-    admission = admit([Item(first, 1), Item(same, 2), Item(other, 3)], {}, digests.of)
-    assert [item.sequence for item in admission.admitted] == [1]
-    assert [item.sequence for item in admission.duplicates] == [2]
-    assert [entry[0].sequence for entry in admission.conflicts] == [3]
-    # Asked again (the next projection of a replay), each gives the digest it gave before.
-    assert [digests.of(e) for e in (first, same, other)] == [
-        digest(e) for e in (first, same, other)
-    ]
