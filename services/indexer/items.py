@@ -13,6 +13,7 @@ the events: the previous turn of each conversation is state the projection folds
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -143,26 +144,44 @@ def first_person_facts(text: str) -> list[str]:
 
 def conversation_key(scope: Scope) -> uuid.UUID:
     """Return the id of the conversation a turn belongs to (its whole scope)."""
-    parts = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id or "", scope.namespace)
+    return _conversation_key(
+        scope.tenant, scope.user_id, scope.agent_id, scope.session_id or "", scope.namespace
+    )
+
+
+# A uuid5 per turn, of a few thousand conversations at most in a batch: remembered.
+@functools.lru_cache(maxsize=16_384)
+def _conversation_key(*parts: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, "memoryd-conversation/" + "/".join(parts))
 
 
-def _turn_payload(event: TurnRecorded, key: str, of: uuid.UUID, text: str) -> IndexPayload:
+@dataclass(frozen=True, slots=True)
+class _TurnKeying:
+    """What every key of one turn shares: its scope fields, its own point and its speaker."""
+
+    fields: dict[str, object]
+    of: str  # the turn's own point id, which every key names
+    speaker: str | None
+
+    def payload(self, key: str, text: str) -> IndexPayload:
+        extra: dict[str, object] = {"key": key, "of": self.of}
+        if self.speaker:
+            extra["speaker"] = self.speaker
+        if key != "turn":
+            extra["text"] = text
+        return IndexPayload.model_validate(self.fields | {"extra": extra})
+
+
+def _keying(event: TurnRecorded, own: uuid.UUID, text: str) -> _TurnKeying:
     fields = _payload(event.scope, "turn", event, event.event_id)
-    extra: dict[str, object] = {"key": key, "of": str(of)}
-    speaker = speaker_of(text)
-    if speaker:
-        extra["speaker"] = speaker
-    if key != "turn":
-        extra["text"] = text
-    return IndexPayload.model_validate(fields | {"extra": extra})
+    return _TurnKeying(fields, str(own), speaker_of(text))
 
 
 def turn_upsert(event: TurnRecorded) -> Upsert:
     """Index a turn as one point whose provenance is the turn's event id."""
     own = point_id(event.event_id, "turn", event.scope)
     text = turn_text(event)
-    return Upsert(own, text, _turn_payload(event, "turn", own, text))
+    return Upsert(own, text, _keying(event, own, text).payload("turn", text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,28 +203,35 @@ def turn_keys(event: TurnRecorded, previous: str | None, options: KeyOptions) ->
     about the assistant, but when the other side is a person (a transcript of two people) it
     is not.
     """
-    turn = turn_upsert(event)
+    own = point_id(event.event_id, "turn", event.scope)
+    text = turn_text(event)
+    keying = _keying(event, own, text)
+    turn = Upsert(own, text, keying.payload("turn", text))
     keys = [turn]
     if previous is not None and len(previous.split()) <= WINDOW_MAX_WORDS:
-        keys.append(window_key(event, turn, previous, options.composed_windows))
+        keys.append(window_key(keying, turn, previous, options.composed_windows))
     if options.facts:
-        keys += fact_keys(event, turn, options.agent_facts)
+        keys += fact_keys(event, keying, turn, options.agent_facts)
     return keys
 
 
-def window_key(event: TurnRecorded, turn: Upsert, previous: str, compose: bool) -> Upsert:
+def window_key(keying: _TurnKeying, turn: Upsert, previous: str, compose: bool) -> Upsert:
     """Key a turn by the previous turn and itself together (``compose``: its vector is
     composed from theirs)."""
-    payload = _turn_payload(event, "window", turn.id, turn.text)
+    payload = keying.payload("window", turn.text)
     parts = (previous, turn.text) if compose else ()
     return Upsert(derived_id(turn.id, "window"), f"{previous}\n{turn.text}", payload, parts)
 
 
-def fact_keys(event: TurnRecorded, turn: Upsert, agent_facts: bool) -> list[Upsert]:
+def fact_keys(
+    event: TurnRecorded, keying: _TurnKeying, turn: Upsert, agent_facts: bool
+) -> list[Upsert]:
     """Key a turn by each first-person sentence of its user's side (the agent's too if asked)."""
     sides = (event.query, event.response) if agent_facts else (event.query,)
     found = [fact for side in sides for fact in first_person_facts(side)]
-    payload = _turn_payload(event, "fact", turn.id, turn.text)
+    if not found:
+        return []
+    payload = keying.payload("fact", turn.text)
     return [
         Upsert(derived_id(turn.id, f"fact.{n}"), fact, payload)
         for n, fact in enumerate(found[:MAX_FACTS_PER_TURN])
@@ -273,8 +299,9 @@ def plan(
         if isinstance(event, TurnRecorded):
             conversation = conversation_key(event.scope)
             before = last.get(conversation) if options.windows else None
-            operations += turn_keys(event, before, options)
-            last[conversation] = turn_text(event)
+            keys = turn_keys(event, before, options)
+            operations += keys
+            last[conversation] = keys[0].text  # the turn's own key
             continue
         op = operation(event)
         if op is not None:

@@ -65,6 +65,12 @@ class ReplayReport:
 # Told (consumer, events folded, events to fold) as a replay goes.
 Progress = Callable[[str, int, int], None]
 
+# Events a replayed projection folds per transaction. A batch loads and writes back the state
+# of every user it touches (STM's FIFOs, the graph's nodes), so larger batches do that less
+# often: 5,000 against 1,000 took STM's fold of 2,000 turns over 100 users 0.18-0.20 ->
+# 0.11-0.12 s, a replay of 5,700 events ~10% faster (scratch harness, alternating runs).
+REPLAY_BATCH = 5_000
+
 
 async def acked_position(js: JetStreamContext, stream: str, consumer: str) -> int:
     """Return the stream sequence a live consumer has acknowledged up to (0 if none)."""
@@ -274,7 +280,7 @@ async def fold(
     events: Sequence[Positioned],
     targets: dict[str, int],
     *,
-    batch_size: int = 1_000,
+    batch_size: int = REPLAY_BATCH,
     progress: Progress | None = None,
 ) -> dict[str, float]:
     """Fold ``events`` into each projection up to its target sequence, publishing nothing.
@@ -310,7 +316,7 @@ async def replay(
     sessions: async_sessionmaker[AsyncSession],
     projections: Sequence[Projection],
     *,
-    batch_size: int = 1_000,
+    batch_size: int = REPLAY_BATCH,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Drop the projections' read models and fold the log into them again; return the report.

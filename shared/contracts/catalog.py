@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import Field, TypeAdapter, ValidationError
 
 from memoryd.shared.contracts.events import (
+    NUL_FREE,
     WIRE,
     Event,
     MemoryForgotten,
@@ -89,7 +90,8 @@ def decode_event(data: bytes) -> AnyEvent:
     The wire rules apply: the bytes must carry ``event_id`` (a Python constructor may leave it
     to its default, a log message may not), so every projection knows the event by one id.
     """
-    return event_adapter.validate_json(data, context={WIRE: True})
+    context = {WIRE: True, NUL_FREE: b"\\u0000" not in data}
+    return event_adapter.validate_json(data, context=context)
 
 
 def decode_valid(messages: Iterable[bytes]) -> list[AnyEvent]:
