@@ -13,6 +13,7 @@ and rewrites what another model or BM25 encoding would store differently, nothin
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
@@ -49,6 +50,11 @@ from memoryd.shared.stores import indexer as store
 
 log = structlog.get_logger(__name__)
 
+# Events a batch plans, embeds and writes at a time: a replay's batch of 5,000 writes its
+# first chunk to the index (the host's work, ~0.2 s of a 5,700-event replay) while it plans the
+# next. Live batches are smaller: one chunk.
+WRITE_CHUNK = 256
+
 # Conversations whose last turn ``warm`` remembers (a hint: the transaction reads the stored
 # one). With 100 users, each a few conversations, every window of the next batch is warmed.
 LAST_TURNS_HINTED = 10_000
@@ -63,6 +69,13 @@ def runs(operations: Sequence[Operation]) -> list[list[Operation]]:
         else:
             grouped.append([op])
     return grouped
+
+
+async def _abandoned(written: asyncio.Task[None] | None) -> None:
+    """Cancel the writes still under way (each waits for the one before) and wait for them."""
+    if written is not None:
+        written.cancel()
+        await asyncio.gather(written, return_exceptions=True)
 
 
 def _owners(events: Sequence[AnyEvent]) -> dict[uuid.UUID, Scope]:
@@ -118,21 +131,49 @@ class IndexerProjection:
     async def _fold_batch(
         self, session: AsyncSession, batch: Sequence[Positioned], live: bool
     ) -> Effects:
-        """Apply the batch's index operations in log order, then its bookkeeping rows."""
+        """Apply the batch's index operations in log order, then its bookkeeping rows.
+
+        A batch larger than ``WRITE_CHUNK`` events (a replay's) is planned, embedded and
+        written a chunk at a time: a chunk's writes go to the index while the next chunk is
+        planned, in log order, and all of them are done before the batch's rows are written
+        (and so before its commit).
+        """
         events = [item.event for item in batch]
         owners = _owners(events)
         before = await store.last_turns(session, list(owners))
-        operations, after = plan(events, before, self._keys)
-        upserts = [op for op in operations if isinstance(op, Upsert)]
-        dense = await self._embed(upserts)  # from the cache ``warm`` filled
+        after, points = before, 0
+        written: asyncio.Task[None] | None = None
+        try:
+            for start in range(0, len(events), WRITE_CHUNK):
+                operations, after = plan(events[start : start + WRITE_CHUNK], after, self._keys)
+                upserts = [op for op in operations if isinstance(op, Upsert)]
+                dense = await self._embed(upserts)  # from the cache ``warm`` filled
+                written = asyncio.create_task(self._write_after(written, operations, dense, live))
+                points += len(upserts)
+            if written is not None:
+                await written  # the first failure, as it was raised
+        except BaseException:
+            await _abandoned(written)
+            raise
         self._hint_last_turns(after)
-        for run in runs(operations):
-            await self._write(run, dense, live)
         await store.record_expiries(session, [e for e in events if isinstance(e, MemoryExpired)])
         await store.store_last_turns(session, owners, before, after)
-        if upserts:
-            log.debug("indexed", points=len(upserts), live=live)
+        if points:
+            log.debug("indexed", points=points, live=live)
         return Effects()
+
+    async def _write_after(
+        self,
+        previous: asyncio.Task[None] | None,
+        operations: Sequence[Operation],
+        dense: dict[uuid.UUID, DenseVector],
+        live: bool,
+    ) -> None:
+        """Apply ``operations`` in order once the writes before them are done."""
+        if previous is not None:
+            await previous
+        for run in runs(operations):
+            await self._write(run, dense, live)
 
     def _hint_last_turns(self, after: dict[uuid.UUID, str]) -> None:
         for key, text in after.items():

@@ -13,6 +13,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memoryd.services.bootstrap import build_model
+from memoryd.services.indexer import projection as indexer_projection
 from memoryd.services.indexer.items import KeyOptions, composed
 from memoryd.services.indexer.projection import IndexerProjection
 from memoryd.services.indexer.retention import due_expiries
@@ -262,4 +263,86 @@ async def test_replay_onto_the_index_it_built_writes_only_what_is_missing(
         assert len(missing) == index.written
         assert held == await index.count(MINE)
     assert lost.text == (await index.search_sparse("tea", MINE, 1))[0].text
+    await index.close()
+
+
+async def _held(index: EdgeSearchIndex) -> dict[uuid.UUID, str]:
+    """Return every point the index holds: id -> text."""
+    points, _ = await index.scroll(None, 1_000)
+    return {point.id: point.text for point in points}
+
+
+def _remembered_and_forgotten() -> list[Event]:
+    """Turns with a memory remembered, forgotten and remembered again under one key."""
+    first, again = remember("I drink green tea.", "drink"), remember("I drink coffee.", "drink")
+    forgot, forgot_again = (
+        MemoryForgotten(occurred_at=T0, scope=ALICE, key="drink") for _ in range(2)
+    )
+    turns = [
+        TurnRecorded(occurred_at=T0, scope=ALICE, query=f"Ok {n}.", response=f"Noted, day {n}.")
+        for n in range(5)
+    ]
+    return [turns[0], first, turns[1], forgot, turns[2], again, turns[3], forgot_again, turns[4]]
+
+
+async def test_a_batch_written_in_chunks_ends_as_event_by_event(
+    tmp_path: Path,
+    engine: AsyncEngine,
+    store: SqlEmbeddingStore,
+    minilm: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch longer than a chunk writes each chunk while planning the next: the index
+    ends as applying the events one at a time leaves it (a forget after its remember in
+    the next chunk removes it; windows join turns across chunks)."""
+    monkeypatch.setattr(indexer_projection, "WRITE_CHUNK", 2)
+    sessions = session_factory(engine)
+    events = _remembered_and_forgotten()
+    chunked = await opened(EdgeSearchIndex(tmp_path / "chunked", 384))
+    await apply(sessions, IndexerProjection(chunked, CachedEmbedder(minilm, store)), events)
+    async with sessions() as session, session.begin():
+        for table in IndexerProjection.tables:
+            await session.execute(delete(table))
+    one_by_one = await opened(EdgeSearchIndex(tmp_path / "one", 384))
+    projection = IndexerProjection(one_by_one, CachedEmbedder(minilm, store))
+    for event in events:
+        await apply(sessions, projection, [event])
+
+    held = await _held(chunked)
+    assert await _held(one_by_one) == held
+    assert not any("drink:" in text for text in held.values())  # forgotten twice, in order
+    assert "Ok 1.\nNoted, day 1.\nOk 2.\nNoted, day 2." in held.values()  # a window
+    await chunked.close()
+    await one_by_one.close()
+
+
+class FailsToDelete(EdgeSearchIndex):
+    """The Edge index, refusing every delete by id."""
+
+    async def delete(self, ids: Sequence[uuid.UUID]) -> None:
+        raise RuntimeError("the index refused a delete")
+
+
+async def test_a_failed_chunk_fails_the_batch_with_its_error_and_writes_nothing_after(
+    tmp_path: Path,
+    engine: AsyncEngine,
+    store: SqlEmbeddingStore,
+    minilm: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch raises the index's own error (the runner retries or parks it by that), and
+    the chunks after the failed one leave the index as it was."""
+    monkeypatch.setattr(indexer_projection, "WRITE_CHUNK", 2)
+    sessions = session_factory(engine)
+    index = await opened(FailsToDelete(tmp_path / "index", 384))
+    events = _remembered_and_forgotten()
+    with pytest.raises(RuntimeError, match="refused a delete"):
+        await apply(sessions, IndexerProjection(index, CachedEmbedder(minilm, store)), events)
+    # The first chunk and the second's turn (its delete failed); nothing of the later chunks.
+    assert {
+        "Ok 0.\nNoted, day 0.",
+        "drink: I drink green tea.",
+        "Ok 1.\nNoted, day 1.",
+        "Ok 0.\nNoted, day 0.\nOk 1.\nNoted, day 1.",
+    } == set((await _held(index)).values())
     await index.close()
