@@ -266,6 +266,12 @@ async def test_replay_onto_the_index_it_built_writes_only_what_is_missing(
     await index.close()
 
 
+@pytest.fixture
+def chunks_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Have the indexer plan and write a batch two events at a time."""
+    monkeypatch.setattr(indexer_projection, "WRITE_CHUNK", 2)
+
+
 async def _held(index: EdgeSearchIndex) -> dict[uuid.UUID, str]:
     """Return every point the index holds: id -> text."""
     points, _ = await index.scroll(None, 1_000)
@@ -285,17 +291,13 @@ def _remembered_and_forgotten() -> list[Event]:
     return [turns[0], first, turns[1], forgot, turns[2], again, turns[3], forgot_again, turns[4]]
 
 
+@pytest.mark.usefixtures("chunks_of_two")
 async def test_a_batch_written_in_chunks_ends_as_event_by_event(
-    tmp_path: Path,
-    engine: AsyncEngine,
-    store: SqlEmbeddingStore,
-    minilm: Embedder,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """A batch longer than a chunk writes each chunk while planning the next: the index
     ends as applying the events one at a time leaves it (a forget after its remember in
     the next chunk removes it; windows join turns across chunks)."""
-    monkeypatch.setattr(indexer_projection, "WRITE_CHUNK", 2)
     sessions = session_factory(engine)
     events = _remembered_and_forgotten()
     chunked = await opened(EdgeSearchIndex(tmp_path / "chunked", 384))
@@ -323,16 +325,12 @@ class FailsToDelete(EdgeSearchIndex):
         raise RuntimeError("the index refused a delete")
 
 
+@pytest.mark.usefixtures("chunks_of_two")
 async def test_a_failed_chunk_fails_the_batch_with_its_error_and_writes_nothing_after(
-    tmp_path: Path,
-    engine: AsyncEngine,
-    store: SqlEmbeddingStore,
-    minilm: Embedder,
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, engine: AsyncEngine, store: SqlEmbeddingStore, minilm: Embedder
 ) -> None:
     """The batch raises the index's own error (the runner retries or parks it by that), and
     the chunks after the failed one leave the index as it was."""
-    monkeypatch.setattr(indexer_projection, "WRITE_CHUNK", 2)
     sessions = session_factory(engine)
     index = await opened(FailsToDelete(tmp_path / "index", 384))
     events = _remembered_and_forgotten()
