@@ -172,16 +172,18 @@ class _TurnKeying:
         return IndexPayload.model_validate(self.fields | {"extra": extra})
 
 
-def _keying(event: TurnRecorded, own: uuid.UUID, text: str) -> _TurnKeying:
+def _turn_key(event: TurnRecorded) -> tuple[Upsert, _TurnKeying]:
+    """Return a turn's own point and what its other keys share with it."""
+    own = point_id(event.event_id, "turn", event.scope)
+    text = turn_text(event)
     fields = _payload(event.scope, "turn", event, event.event_id)
-    return _TurnKeying(fields, str(own), speaker_of(text))
+    keying = _TurnKeying(fields, str(own), speaker_of(text))
+    return Upsert(own, text, keying.payload("turn", text)), keying
 
 
 def turn_upsert(event: TurnRecorded) -> Upsert:
     """Index a turn as one point whose provenance is the turn's event id."""
-    own = point_id(event.event_id, "turn", event.scope)
-    text = turn_text(event)
-    return Upsert(own, text, _keying(event, own, text).payload("turn", text))
+    return _turn_key(event)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +205,7 @@ def turn_keys(event: TurnRecorded, previous: str | None, options: KeyOptions) ->
     about the assistant, but when the other side is a person (a transcript of two people) it
     is not.
     """
-    own = point_id(event.event_id, "turn", event.scope)
-    text = turn_text(event)
-    keying = _keying(event, own, text)
-    turn = Upsert(own, text, keying.payload("turn", text))
+    turn, keying = _turn_key(event)
     keys = [turn]
     if previous is not None and len(previous.split()) <= WINDOW_MAX_WORDS:
         keys.append(window_key(keying, turn, previous, options.composed_windows))
