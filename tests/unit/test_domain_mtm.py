@@ -414,6 +414,38 @@ def test_a_page_joins_the_segment_with_the_best_fscore_as_scoring_each_would_cho
         assert (best[1] if best[0] >= 0.6 else None) == choice.segment_id
 
 
+@given(
+    SEGMENT_SHAPES,
+    st.sampled_from(range(len(DIRECTIONS))),
+    st.lists(st.sampled_from(WORDS), max_size=3),
+)
+def test_a_filing_tables_fscores_are_a_cosine_plus_a_jaccard_to_the_bit(
+    shapes: list[tuple[int, list[str]]], page: int, words: list[str]
+) -> None:
+    """The table scores every segment at once; the best score is the cosine (the stacked
+    vectors' product) plus the Jaccard of the keyword sets, exactly, ties by id."""
+    segments = [
+        segment(f"s{n:02d}", DIRECTIONS[d], tuple(keywords))
+        for n, (d, keywords) in enumerate(shapes)
+    ]
+    page_vec = DIRECTIONS[page]
+    table = FilingTable()
+    table.sync({s.id: s for s in segments})
+
+    choice = table.choose(page_vec, words, 0.6)
+
+    if not segments:
+        assert (None, None) == (choice.segment_id, choice.score)
+        return
+    cosines = np.stack([s.vector for s in segments]) @ page_vec
+    scores = [
+        (float(cosine) + jaccard(s.keywords, words), s.id)
+        for s, cosine in zip(segments, cosines, strict=True)
+    ]
+    best = min(scores, key=lambda pair: (-pair[0], pair[1]))
+    assert (best[0], best[1] if best[0] >= 0.6 else None) == (choice.score, choice.segment_id)
+
+
 # A change to a user's segments: put segment n (opened or replaced) in a direction with
 # keywords, or remove segment n (when held).
 CHANGES = st.lists(
@@ -448,6 +480,9 @@ def test_a_filing_table_kept_through_changes_chooses_as_a_fresh_one(
 
     page_vec = DIRECTIONS[page]
     assert choose_segment(page_vec, words, held.values(), 0.6) == kept.choose(page_vec, words, 0.6)
+    for word in WORDS:  # each keyword alone: a stale posting shows as a wrong Jaccard
+        fresh = choose_segment(page_vec, [word], held.values(), 0.6)
+        assert fresh == kept.choose(page_vec, [word], 0.6)
 
 
 # A reload of a user's segments: segment n visited (heat), given new keywords, moved to

@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memoryd.shared.adapters.index.sparse import document_vector, query_vector
-from memoryd.shared.adapters.llm._text import keywords
+from memoryd.shared.adapters.llm._text import content_words, keywords, sentences
 from memoryd.shared.domain.text import estimate_tokens, fold, host, is_stopword, stem, terms, words
 
 # Text that exercises the rule's edges: letters of several scripts, digits, underscores,
@@ -156,6 +157,31 @@ def test_extracted_keywords_are_terms_of_their_text(text: str) -> None:
     """A keyword the offline extractor picks is indexed for the text it came from."""
     indexed = set(terms(text))
     assert all(set(terms(keyword)) <= indexed for keyword in keywords(text, 8))
+
+
+@given(st.lists(_EDGY, max_size=6))
+def test_a_texts_words_are_its_sentences_words(parts: list[str]) -> None:
+    """Sentences are cut where no word runs on, so the extractor may read a text sentence by
+    sentence (and remember each sentence's words: a summary's come back page after page)."""
+    text = ". ".join(parts)
+    assert words(text) == [word for sentence in sentences(text) for word in words(sentence)]
+
+
+@given(st.lists(_EDGY, max_size=6))
+def test_keywords_rank_stems_by_count_and_show_their_most_used_spelling(parts: list[str]) -> None:
+    """The most frequent stems of the text's content words, ties by the word shown; each
+    shown as its most frequent spelling, then the shortest, then the first in order."""
+    text = "! ".join(parts)
+    spellings: dict[str, Counter[str]] = {}
+    for word in content_words(text):
+        spellings.setdefault(stem(word), Counter())[host(word)] += 1
+    shown = {
+        key: min(forms, key=lambda form: (-forms[form], len(form), form))
+        for key, forms in spellings.items()
+    }
+    ranked = sorted(spellings, key=lambda key: (-spellings[key].total(), shown[key]))
+
+    assert [shown[key] for key in ranked[:5]] == keywords(text, 5)
 
 
 def test_tokens_are_estimated_at_four_characters_each() -> None:

@@ -75,6 +75,20 @@ def content_words(text: str) -> list[str]:
     return [word for word in words(text) if _is_content(word)]
 
 
+@lru_cache(maxsize=1 << 14)
+def _analysed(text: str) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """Return how many words a sentence has, and each topic-bearing word's stem and spelling
+    (its host), in order.
+
+    Cached: a segment's summary is read again with every page filed into it (MTM's offline
+    summary and its keywords were 14% of filing a page, py-spy, session 41). A text's words
+    are its sentences' words: sentences are cut at whitespace, which no word holds, and
+    folding goes character by character.
+    """
+    found = words(text)
+    return len(found), tuple((stem(word), host(word)) for word in found if _is_content(word))
+
+
 def _stem_weights(text: str) -> tuple[Counter[str], dict[str, str]]:
     """Count content stems and pick each stem's display form.
 
@@ -82,12 +96,12 @@ def _stem_weights(text: str) -> tuple[Counter[str], dict[str, str]]:
     then the first alphabetically, so the same text always shows the same word.
     """
     spellings: dict[str, Counter[str]] = {}
-    for word in content_words(text):
-        key = stem(word)
-        forms = spellings.get(key)
-        if forms is None:
-            forms = spellings[key] = Counter()
-        forms[host(word)] += 1
+    for sentence in sentences(text):
+        for key, form in _analysed(sentence)[1]:
+            forms = spellings.get(key)
+            if forms is None:
+                forms = spellings[key] = Counter()
+            forms[form] += 1
     counts = Counter({key: forms.total() for key, forms in spellings.items()})
     display = {
         key: min(forms, key=lambda form: (-forms[form], len(form), form))
@@ -124,11 +138,11 @@ def extractive_summary(parts: Sequence[str], max_chars: int) -> str:
     unique = list(dict.fromkeys(sentence for part in parts for sentence in sentences(part)))
     if not unique:
         return ""
-    tokens = [words(sentence) for sentence in unique]
-    content = [[stem(word) for word in found if _is_content(word)] for found in tokens]
+    analysed = [_analysed(sentence) for sentence in unique]
+    content = [[key for key, _ in terms] for _, terms in analysed]
     weights = Counter(key for keys in content for key in keys)
     scores = [
-        _density(len(found), keys, weights) for found, keys in zip(tokens, content, strict=True)
+        _density(length, keys, weights) for (length, _), keys in zip(analysed, content, strict=True)
     ]
     # The opening sentence names the topic; the rest compete on density, earlier first on ties.
     ranked = sorted(range(1, len(unique)), key=lambda i: (-scores[i], i))
