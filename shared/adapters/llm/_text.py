@@ -89,20 +89,21 @@ def _analysed(text: str) -> tuple[int, tuple[tuple[str, str], ...]]:
     return len(found), tuple((stem(word), host(word)) for word in found if _is_content(word))
 
 
-def _stem_weights(text: str) -> tuple[Counter[str], dict[str, str]]:
+def _stem_weights(text: str) -> tuple[dict[str, int], dict[str, str]]:
     """Count content stems and pick each stem's display form.
 
     The display form is the stem's most frequent spelling in the text, then the shortest,
     then the first alphabetically, so the same text always shows the same word.
     """
-    spellings: dict[str, Counter[str]] = {}
+    spellings: dict[str, dict[str, int]] = {}  # plain dicts: a Counter a stem cost 2% of MTM
     for sentence in sentences(text):
         for key, form in _analysed(sentence)[1]:
             forms = spellings.get(key)
             if forms is None:
-                forms = spellings[key] = Counter()
-            forms[form] += 1
-    counts = Counter({key: forms.total() for key, forms in spellings.items()})
+                spellings[key] = {form: 1}
+            else:
+                forms[form] = forms.get(form, 0) + 1
+    counts = {key: sum(forms.values()) for key, forms in spellings.items()}
     display = {
         key: min(forms, key=lambda form: (-forms[form], len(form), form))
         for key, forms in spellings.items()
