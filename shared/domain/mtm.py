@@ -191,19 +191,24 @@ class FilingTable:
         if not count or self._matrix is None:
             return SegmentChoice(segment_id=None, score=None)
         cosines = self._matrix[:count] @ np.asarray(page_vec)
-        words = set(page_keywords)
+        scores = cosines.astype(np.float64) + self._jaccards(set(page_keywords))
+        best = scores.max()
+        segment_id = min(self._ids[row] for row in np.flatnonzero(scores == best))
+        score = float(best)
+        return SegmentChoice(segment_id=segment_id if score >= theta else None, score=score)
+
+    def _jaccards(self, words: set[str]) -> npt.NDArray[np.float64]:
+        """Return each row's Jaccard with ``words``: shared keywords over their union."""
+        count = len(self._ids)
         shared = np.zeros(count, dtype=np.int64)
         for word in words:
             holding = self._postings.get(word)
             if holding:
                 shared[list(holding)] += 1
         union = self._sizes[:count] + len(words) - shared
-        jaccards = np.divide(shared, union, out=np.zeros(count, dtype=np.float64), where=union > 0)
-        scores = cosines.astype(np.float64) + jaccards
-        best = scores.max()
-        segment_id = min(self._ids[row] for row in np.flatnonzero(scores == best))
-        score = float(best)
-        return SegmentChoice(segment_id=segment_id if score >= theta else None, score=score)
+        jaccards = np.zeros(count, dtype=np.float64)
+        np.divide(shared, union, out=jaccards, where=union > 0)
+        return jaccards
 
     def _put(self, segment: Segment) -> None:
         row = self._rows.get(segment.id)
