@@ -121,6 +121,23 @@ def jaccard(left: Collection[str], right: Collection[str]) -> float:
     return len(left_set & right_set) / union if union else 0.0
 
 
+def keyword_jaccards(
+    words: set[str], postings: Mapping[str, Collection[int]], sizes: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Return each row's Jaccard with ``words``, from the rows holding each keyword
+    (``postings``) and each row's count of distinct keywords (``sizes``): the same values as
+    ``jaccard`` row by row, in one pass over the few ``words``."""
+    shared = np.zeros(len(sizes), dtype=np.int64)
+    for word in words:
+        holding = postings.get(word)
+        if holding:
+            shared[list(holding)] += 1
+    union = sizes + len(words) - shared
+    jaccards = np.zeros(len(sizes), dtype=np.float64)
+    np.divide(shared, union, out=jaccards, where=union > 0)
+    return jaccards
+
+
 def fscore(
     segment_vec: Vector,
     segment_keywords: Collection[str],
@@ -191,24 +208,12 @@ class FilingTable:
         if not count or self._matrix is None:
             return SegmentChoice(segment_id=None, score=None)
         cosines = self._matrix[:count] @ np.asarray(page_vec)
-        scores = cosines.astype(np.float64) + self._jaccards(set(page_keywords))
+        jaccards = keyword_jaccards(set(page_keywords), self._postings, self._sizes[:count])
+        scores = cosines.astype(np.float64) + jaccards
         best = scores.max()
         segment_id = min(self._ids[row] for row in np.flatnonzero(scores == best))
         score = float(best)
         return SegmentChoice(segment_id=segment_id if score >= theta else None, score=score)
-
-    def _jaccards(self, words: set[str]) -> npt.NDArray[np.float64]:
-        """Return each row's Jaccard with ``words``: shared keywords over their union."""
-        count = len(self._ids)
-        shared = np.zeros(count, dtype=np.int64)
-        for word in words:
-            holding = self._postings.get(word)
-            if holding:
-                shared[list(holding)] += 1
-        union = self._sizes[:count] + len(words) - shared
-        jaccards = np.zeros(count, dtype=np.float64)
-        np.divide(shared, union, out=jaccards, where=union > 0)
-        return jaccards
 
     def _put(self, segment: Segment) -> None:
         row = self._rows.get(segment.id)
@@ -496,16 +501,7 @@ class SegmentIndex:
         if self.matrix is None or top_m <= 0:
             return []
         cosines = self.matrix @ np.asarray(query_vec)
-        query = set(query_keywords)
-        shared = np.zeros(len(self.segments), dtype=np.int64)
-        for word in query:
-            holding = self.postings.get(word)
-            if holding is not None:
-                shared[list(holding)] += 1
-        union = self.sizes + len(query) - shared
-        jaccards = np.divide(
-            shared, union, out=np.zeros(len(self.segments), dtype=np.float64), where=union > 0
-        )
+        jaccards = keyword_jaccards(set(query_keywords), self.postings, self.sizes)
         scores = cosines.astype(np.float64) + jaccards
         return top_ranked(scores, self.segments, top_m, lambda segment: segment.id)
 
