@@ -240,6 +240,30 @@ async def test_openvino_reads_back_the_model_it_compiled_and_computes_the_same_v
     np.testing.assert_array_equal(vectors, await nowhere.embed(queries))
 
 
+def _mappings_of(path: Path) -> int:
+    """Return how many of this process's memory mappings are of ``path``."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return sum(line.endswith(str(path)) for line in maps)
+
+
+async def test_the_workers_and_recalls_models_share_one_mapping_of_the_compiled_model(
+    tmp_path: Path,
+) -> None:
+    """Two models of one export (a worker's lanes, recall's lone question) read the kept
+    compiled model through one mapping: its weights count once in the process's memory."""
+    await OnnxEmbedder(cache_dir=default_model_cache()).embed(["exported on first use"])
+    _export_copied(tmp_path)
+    await OnnxEmbedder(engine="openvino", cache_dir=tmp_path).embed(["compiled and kept"])
+    workers = OnnxEmbedder(engine="openvino", cache_dir=tmp_path, threads=2, batch_threads=1)
+    queries = OnnxEmbedder(engine="openvino", cache_dir=tmp_path, threads=1, batch_threads=2)
+
+    await workers.embed(["a turn to index"])
+    await queries.embed(["What did I say about my greyhound?"])
+
+    [blob] = (tmp_path / "openvino").glob("*.blob")
+    assert 1 == _mappings_of(blob)
+
+
 LOAD_AND_EMBED = """
 import asyncio, sys
 from pathlib import Path

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,12 +45,11 @@ CPUINFO = Path("/proc/cpuinfo")
 # of 8 tokens make far fewer shapes. Alone on 2,424 keys and 300 lone queries: 602 against 724
 # MB peak, the same 308-310 texts/s; the padding is masked, so the vectors stay the model's.
 WIDTH_STEP = 8
-# OpenVINO keeps each model it compiles for the CPU here, beside the export, and the next start
-# reads it back instead of compiling again (its own model cache: a blob per export, precision
-# and lane layout, named by their digest; one it cannot read it compiles and writes anew).
-# The bundled MiniLM, bf16, on this 2-core machine: 0.40-0.60 s compiled, 0.12-0.14 s read
-# back (its weights then mapped from the 90 MB blob: 95 against 189 MB anonymous), the hidden
-# states equal to the bit.
+# Each model compiled for the CPU is kept here, beside the export, as OpenVINO exports it (a blob
+# per export, precision and OpenVINO release); the next start maps it and imports it instead of
+# compiling again (``_compiled``). The bundled MiniLM, bf16, on this 2-core machine: 0.40-0.60 s
+# compiled, 0.12-0.14 s read back (its weights then mapped from the 90 MB blob: 95 against 189
+# MB anonymous), the hidden states equal to the bit.
 COMPILED_FOLDER = "openvino"
 LOCK_FILE = ".compiling"
 
@@ -160,13 +163,14 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
         hints.enable_cpu_pinning: False,
     }
     with _COMPILE_LOCK:
-        compiled = _compiled(exported, config)
+        compiled, weights = _compiled(exported, config)
     output = compiled.output("last_hidden_state")
     requests: queue.SimpleQueue[openvino.InferRequest] = queue.SimpleQueue()
     for _ in range(lanes):
         requests.put(compiled.create_infer_request())
 
     def run(ids: Ids, mask: Ids) -> Hidden:
+        _ = weights  # the mapping the model computes from lives as long as this runner
         width = ids.shape[1]
         ids, mask = widened(ids, WIDTH_STEP), widened(mask, WIDTH_STEP)
         request = requests.get()  # a lane's; more callers than lanes wait for one
@@ -180,28 +184,90 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
     return run
 
 
-def _compiled(exported: Path, config: dict[str, Any]) -> Any:
-    """Compile ``exported`` for the CPU, through OpenVINO's model cache beside it; without the
-    cache where its folder cannot be made (a read-only model folder).
+def _compiled(exported: Path, config: dict[str, Any]) -> tuple[Any, _Weights | None]:
+    """Compile ``exported`` for the CPU, or import the compilation kept beside it; return
+    the model and the mapping it was imported from, which must outlive it (None: compiled).
 
-    OpenVINO writes a blob in place, and a blob read back stays mapped: two processes that
-    found none and compiled at once would write the same file, one of them while a third had
-    already mapped it. Processes compile one at a time (a lock on a file in the folder), so
-    the first writes the blob and the rest read it back whole.
+    The kept blob is mapped once a process, and every model made from it (the workers' and
+    recall's, whose streams and threads differ) is imported from that one mapping: their
+    weights are the same pages. OpenVINO's own model cache maps its blob again for each model
+    it reads back, and a page mapped twice counts twice in a resident set: `memoryd up` held
+    the 88 MB of weights twice (two mappings of one file, 177 MB of its RSS).
+
+    A blob is written whole under a temporary name, then renamed: a process that maps it
+    never sees half of one. Processes compile one at a time (a lock on a file in the folder),
+    so the first writes the blob and the rest import it. One that cannot be imported (damaged,
+    or from another build) is compiled and written again; without a folder to keep it in
+    (a read-only model folder), the model is compiled each time.
     """
-    import openvino.properties as props
-
+    core = openvino_core()
     folder = exported.parent / COMPILED_FOLDER
+    blob = folder / _blob_name(exported, config)
+    weights = _MAPPED.get(blob)
+    if weights is not None:
+        return core.import_model(weights.tensor, "CPU", config), weights
     try:
         folder.mkdir(exist_ok=True)
         lock = (folder / LOCK_FILE).open("a")
     except OSError:
-        return openvino_core().compile_model(str(exported), "CPU", config)
+        return core.compile_model(str(exported), "CPU", config), None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        return openvino_core().compile_model(
-            str(exported), "CPU", config | {props.cache_dir: str(folder)}
-        )
+        weights = _mapped(blob) if blob.is_file() else None
+        model = _imported(weights, config) if weights is not None else None
+        if weights is None or model is None:
+            weights = _compile_and_keep(exported, blob, config)
+            model = core.import_model(weights.tensor, "CPU", config)
+    _MAPPED[blob] = weights
+    return model, weights
+
+
+@dataclass(frozen=True, eq=False)
+class _Weights:
+    """A kept blob mapped copy-on-write (a model never writes to it), as a tensor."""
+
+    tensor: Any
+
+
+# Each kept blob's mapping while a model imported from it lives (its runners hold it).
+_MAPPED: weakref.WeakValueDictionary[Path, _Weights] = weakref.WeakValueDictionary()
+
+
+def _blob_name(exported: Path, config: dict[str, Any]) -> str:
+    """Name the compilation of ``exported`` at the config's precision by this OpenVINO."""
+    import openvino
+    import openvino.properties.hint as hints
+
+    made_by = f"{openvino.get_version()}|{config.get(hints.inference_precision)}"
+    digest = hashlib.sha256(made_by.encode()).hexdigest()[:16]
+    return f"{exported.stem}-{digest}.blob"
+
+
+def _mapped(blob: Path) -> _Weights:
+    """Map the blob file."""
+    import openvino
+
+    mapped = np.memmap(blob, dtype=np.uint8, mode="c")
+    return _Weights(openvino.Tensor(mapped, shared_memory=True))
+
+
+def _imported(weights: _Weights, config: dict[str, Any]) -> Any | None:
+    """Return the model imported from a kept blob (None: damaged, or not this build's)."""
+    try:
+        return openvino_core().import_model(weights.tensor, "CPU", config)
+    except RuntimeError:
+        return None
+
+
+def _compile_and_keep(exported: Path, blob: Path, config: dict[str, Any]) -> _Weights:
+    """Compile the export, write the blob whole (then rename it), and return its mapping."""
+    compiled = openvino_core().compile_model(str(exported), "CPU", config)
+    written = blob.with_name(f"{blob.name}.{os.getpid()}.part")
+    with written.open("wb") as out:
+        out.write(compiled.export_model().getbuffer())
+    del compiled  # its weights, unmapped: the models import the blob's
+    written.replace(blob)
+    return _mapped(blob)
 
 
 def runner(engine: Engine, exported: Path, lanes: int, threads: int) -> Runner:
