@@ -197,8 +197,10 @@ def _compiled(exported: Path, config: dict[str, Any]) -> tuple[Any, _Weights | N
     A blob is written whole under a temporary name, then renamed: a process that maps it
     never sees half of one. Processes compile one at a time (a lock on a file in the folder),
     so the first writes the blob and the rest import it. One that cannot be imported (damaged,
-    or from another build) is compiled and written again; without a folder to keep it in
-    (a read-only model folder), the model is compiled each time.
+    or from another build) is compiled and written again; without a folder to keep it in (a
+    read-only model folder), the model is compiled each time. Writing one removes the blobs
+    OpenVINO's own cache kept in the folder before (90 MB each); a process that still maps
+    one keeps its pages.
     """
     core = openvino_core()
     folder = exported.parent / COMPILED_FOLDER
@@ -267,6 +269,9 @@ def _compile_and_keep(exported: Path, blob: Path, config: dict[str, Any]) -> _We
         out.write(compiled.export_model().getbuffer())
     del compiled  # its weights, unmapped: the models import the blob's
     written.replace(blob)
+    for stale in blob.parent.glob("*.blob"):
+        if stale.stem.isdigit():  # OpenVINO's own cache named its blobs by a number
+            stale.unlink(missing_ok=True)
     return _mapped(blob)
 
 
