@@ -251,11 +251,12 @@ async def test_the_workers_and_recalls_models_share_one_mapping_of_the_compiled_
 ) -> None:
     """Two models of one export (a worker's lanes, recall's lone question) read the kept
     compiled model through one mapping: its weights count once in the process's memory. The
-    blob OpenVINO's own model cache kept before is removed."""
+    blob OpenVINO's own model cache kept before is removed, and a part a writer left."""
     await OnnxEmbedder(cache_dir=default_model_cache()).embed(["exported on first use"])
     _export_copied(tmp_path)
     (tmp_path / "openvino").mkdir()
     (tmp_path / "openvino" / "16145458768083273439.blob").write_bytes(b"OpenVINO's cache kept")
+    (tmp_path / "openvino" / "a.blob.4242.part").write_bytes(b"a writer that died left")
     await OnnxEmbedder(engine="openvino", cache_dir=tmp_path).embed(["compiled and kept"])
     workers = OnnxEmbedder(engine="openvino", cache_dir=tmp_path, threads=2, batch_threads=1)
     queries = OnnxEmbedder(engine="openvino", cache_dir=tmp_path, threads=1, batch_threads=2)
@@ -263,7 +264,7 @@ async def test_the_workers_and_recalls_models_share_one_mapping_of_the_compiled_
     await workers.embed(["a turn to index"])
     await queries.embed(["What did I say about my greyhound?"])
 
-    [blob] = (tmp_path / "openvino").glob("*.blob")
+    [blob] = (tmp_path / "openvino").glob("*.blob*")
     assert 1 == _mappings_of(blob)
 
 

@@ -199,8 +199,8 @@ def _compiled(exported: Path, config: dict[str, Any]) -> tuple[Any, _Weights | N
     so the first writes the blob and the rest import it. One that cannot be imported (damaged,
     or from another build) is compiled and written again; without a folder to keep it in (a
     read-only model folder), the model is compiled each time. Writing one removes the blobs
-    OpenVINO's own cache kept in the folder before (90 MB each); a process that still maps
-    one keeps its pages.
+    OpenVINO's own cache kept in the folder before (90 MB each; a process that still maps one
+    keeps its pages) and any part a writer that died left.
     """
     core = openvino_core()
     folder = exported.parent / COMPILED_FOLDER
@@ -269,8 +269,10 @@ def _compile_and_keep(exported: Path, blob: Path, config: dict[str, Any]) -> _We
         out.write(compiled.export_model().getbuffer())
     del compiled  # its weights, unmapped: the models import the blob's
     written.replace(blob)
-    for stale in blob.parent.glob("*.blob"):
-        if stale.stem.isdigit():  # OpenVINO's own cache named its blobs by a number
+    for stale in blob.parent.glob("*.blob*"):
+        # OpenVINO's own cache named its blobs by a number; a part left is a writer's that
+        # died (only the lock's holder writes one).
+        if stale.stem.isdigit() or stale.suffix == ".part":
             stale.unlink(missing_ok=True)
     return _mapped(blob)
 
