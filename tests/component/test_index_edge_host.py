@@ -43,7 +43,7 @@ def _gone(pid: int, within: float) -> bool:
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped before or while it was read
             return True
         if state == "Z":
             return True
