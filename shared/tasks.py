@@ -1,9 +1,10 @@
-"""Small helpers for asyncio tasks whose outcome nobody awaits."""
+"""Small helpers for asyncio tasks: one whose outcome nobody awaits, one that must end."""
 
 import asyncio
+import contextlib
 from typing import Any
 
-__all__ = ["outcome_read"]
+__all__ = ["cancelled", "outcome_read"]
 
 
 def outcome_read(future: asyncio.Future[Any]) -> None:
@@ -14,3 +15,19 @@ def outcome_read(future: asyncio.Future[Any]) -> None:
     """
     if not future.cancelled():
         future.exception()
+
+
+async def cancelled(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` again until it has ended, and return once it has.
+
+    Not ``task.cancel(); await task``: before Python 3.12 a cancellation that lands as the
+    task's own inner wait completes is lost (CPython gh-86296), and nats-py waits on its
+    replies that way; a loop that asks NATS again then goes on, and its awaiter waits for
+    ever (a lease ticker's stop hung a fault test for 300 s so).
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    if not task.cancelled():
+        with contextlib.suppress(Exception):
+            task.result()  # retrieved: it failed while being cancelled, which is the answer

@@ -10,7 +10,6 @@ the indexer) keeps later sweeps from publishing it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
@@ -21,6 +20,7 @@ from memoryd.shared.contracts.events import Event, derived_id
 from memoryd.shared.contracts.retrieval import MemoryExpired
 from memoryd.shared.contracts.scope import Scope
 from memoryd.shared.stores import memories as memories_store
+from memoryd.shared.tasks import cancelled
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +81,4 @@ async def sweep_forever(
 
 async def stop(task: asyncio.Task[None]) -> None:
     """Cancel a running sweep and wait for it to end."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancelled(task)

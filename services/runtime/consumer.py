@@ -11,7 +11,6 @@ when quiet, full batches under load. FastStream still serves the recall request-
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
 import nats.errors
@@ -21,6 +20,7 @@ from nats.js import JetStreamContext, api
 from memoryd.services.runtime.projection import ProjectionRunner
 from memoryd.shared import subjects
 from memoryd.shared.settings import Settings
+from memoryd.shared.tasks import cancelled
 
 log = structlog.get_logger(__name__)
 
@@ -129,8 +129,6 @@ class PullWorker:
         except asyncio.CancelledError:
             pass
         except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)
         # Messages fetched but not handled stay unacked and are redelivered to the next run.
         await self._subscription.unsubscribe()

@@ -42,6 +42,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from memoryd.shared.adapters.outages import is_outage
+from memoryd.shared.tasks import cancelled
 
 log = structlog.get_logger(__name__)
 
@@ -270,9 +271,7 @@ class Leases:
     async def stop(self) -> None:
         """Stop ticking; stop every worker and give its lease back (the others take it now)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancelled(self._task)  # a cancellation a NATS request lost is asked again
         kv = self._kv
         if kv is None:
             return

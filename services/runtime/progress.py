@@ -18,6 +18,7 @@ from rich.progress import TaskID
 
 from memoryd.services.runtime.replay import acked_position
 from memoryd.shared.adapters.nats_log import last_sequence
+from memoryd.shared.tasks import cancelled
 
 # Told (task, done, total) as the work goes; a task is named the first time it is told.
 Progress = Callable[[str, int, int], None]
@@ -79,8 +80,6 @@ async def watching_consumers(
     try:
         yield
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        await cancelled(watcher)
     last = await last_sequence(js, stream)  # the wait is over: every consumer is through
     progress(task, last, last)

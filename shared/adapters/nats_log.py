@@ -24,6 +24,7 @@ from memoryd.shared.contracts.catalog import encode_event, event_type_name
 from memoryd.shared.contracts.events import Event
 from memoryd.shared.logging import REDACTOR
 from memoryd.shared.settings import Settings, StartupError, public_url, revealed
+from memoryd.shared.tasks import cancelled
 
 MSG_ID = "Nats-Msg-Id"
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -144,23 +145,13 @@ async def finished_within(task: asyncio.Future[Any], timeout: float) -> bool:
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except BaseException:
-        await _cancelled(task)
+        await cancelled(task)
         raise
     if task in done:
         task.result()
         return True
-    await _cancelled(task)
+    await cancelled(task)
     return False
-
-
-async def _cancelled(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` again until it has ended (a cancellation it lost is asked again)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    if not task.cancelled():
-        with contextlib.suppress(Exception):
-            task.result()  # retrieved: it failed while being cancelled, which is the answer
 
 
 def _refused(error: Exception) -> bool:

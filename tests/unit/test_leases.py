@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from memoryd.services.runtime.leases import Moves, plan
+import asyncio
+from typing import cast
+
+from nats.js import JetStreamContext
+
+from memoryd.services.runtime.leases import Leases, Moves, plan
 
 STM = [f"memoryd-stm-p{p}" for p in range(4)]
 
@@ -40,3 +45,29 @@ def test_groups_are_shared_each_on_their_own() -> None:
     moves = plan({"stm": STM, "gate": gate}, set(), {"memoryd-gate"}, {"stm": 2, "gate": 2})
 
     assert Moves(take=(STM[0], STM[1])) == moves
+
+
+async def test_stopping_ends_a_ticker_whose_tick_lost_the_cancellation() -> None:
+    """A tick's NATS request can swallow the cancellation (CPython gh-86296, nats-py's
+    waits): the ticker goes on to its next sleep, and stop asks again rather than wait for
+    ever (a fault test's stop hung 300 s so)."""
+    leases = Leases(js=cast(JetStreamContext, None), bucket="leases", lanes=(), ttl=0.03)
+    ticks: list[int] = []
+
+    async def tick_losing_the_first_cancellation() -> None:
+        try:
+            await asyncio.sleep(1.0)  # a request to NATS: where the first cancellation lands
+        except asyncio.CancelledError:
+            if ticks:
+                raise
+        ticks.append(1)
+
+    leases.tick = tick_losing_the_first_cancellation  # type: ignore[method-assign]
+    leases._task = asyncio.create_task(leases._every_tick())
+    await asyncio.sleep(0.05)
+
+    stopped = asyncio.ensure_future(leases.stop())
+    done, _ = await asyncio.wait({stopped}, timeout=5)
+
+    assert stopped in done
+    assert leases._task.done()
