@@ -182,13 +182,24 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> Figures:
-    with TreeRss(up.process.pid) as sampled:
+    with TreeRss(up.process.pid, role=process_role) as sampled:
         client, cold_start = await first_answer(up)
         progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
         await _warm_up(client)
         figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
         await client.close()
     return {"cold_start_s": cold_start, **figures, **sampled.figures()}
+
+
+def process_role(command: str) -> str | None:
+    """Name a process of `memoryd up`'s tree from its command line (None: not one of these)."""
+    if "nats-server" in command:
+        return "nats"
+    if "index.edge_host" in command:
+        return "host"
+    if "index.edge_build" in command:
+        return "build"
+    return "main" if command.rstrip().endswith(" up") else None
 
 
 def optimiser_peak_rss_mb(log: str) -> float:

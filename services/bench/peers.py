@@ -13,6 +13,7 @@ The figures and the table are small pure functions; the phases every side goes t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import importlib.util
 import itertools
@@ -101,6 +102,12 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("peak_rss_main_mb", "peak RSS, the main process alone (MB)", False),
     ("peak_pss_sampled_mb", "peak PSS, process tree, summed about every 1 s (MB)", True),
     ("peak_rss_optimiser_mb", "peak RSS, the index's optimising child, counted above (MB)", False),
+    ("peak_rss_host_mb", "peak RSS, the index host (MB)", False),
+    ("peak_rss_nats_mb", "peak RSS, nats-server (MB)", False),
+    ("at_peak_main_mb", "at the tree's sampled peak: the main process (MB)", False),
+    ("at_peak_host_mb", "at the tree's sampled peak: the index host (MB)", False),
+    ("at_peak_build_mb", "at the tree's sampled peak: the optimising child (MB)", False),
+    ("at_peak_nats_mb", "at the tree's sampled peak: nats-server (MB)", False),
     ("load1_start", "machine load average (1 min) at the side's start", False),
     ("load1_end", "machine load average (1 min) at the side's end", False),
 )
@@ -394,10 +401,23 @@ class TreeRss:
     same 88 MB file: Rss 468 against Pss 371 MB for that process).
     """
 
-    def __init__(self, root: int, interval: float = 0.1, pss_every: int = 10) -> None:
+    def __init__(
+        self,
+        root: int,
+        interval: float = 0.1,
+        pss_every: int = 10,
+        role: Callable[[str], str | None] | None = None,
+    ) -> None:
         """Sample the tree of ``root`` every ``interval`` seconds once started (its
-        proportional set every ``pss_every`` samples)."""
+        proportional set every ``pss_every`` samples).
+
+        ``role`` names a process of the tree from its command line (None: not named); each
+        named role's peak, and what it held at the tree's sampled peak, join the figures.
+        """
         self._root, self._interval, self._pss_every = root, interval, pss_every
+        self._role = role
+        self._roles: dict[int, str | None] = {}
+        self._at_peak_kb: dict[int, int] = {}
         self._samples = 0
         self.pss_peak_mb = 0.0
         self._stopped = threading.Event()
@@ -426,19 +446,40 @@ class TreeRss:
         return self._peaks_kb.get(self._root, 0) / 1024
 
     def figures(self) -> Figures:
-        """Return the tree's figures: summed peaks, the largest sample, the root's peak."""
-        return {
+        """Return the tree's figures: summed peaks, the largest sample, the root's peak, and
+        for each named role its peak (``peak_rss_<role>_mb``: the largest of its processes)
+        and its resident set at the tree's sampled peak (``at_peak_<role>_mb``: summed)."""
+        figures: Figures = {
             "peak_rss_mb": self.summed_peaks_mb,
             "peak_rss_sampled_mb": self.peak_mb,
             "peak_rss_main_mb": self.main_peak_mb,
             "peak_pss_sampled_mb": self.pss_peak_mb,
         }
+        for pid, role in self._roles.items():
+            if role is None:
+                continue
+            peak, at_peak = f"peak_rss_{role}_mb", f"at_peak_{role}_mb"
+            figures[peak] = max(figures.get(peak, 0.0), self._peaks_kb.get(pid, 0) / 1024)
+            figures[at_peak] = figures.get(at_peak, 0.0) + self._at_peak_kb.get(pid, 0) / 1024
+        return figures
+
+    def _named(self, pid: int) -> str | None:
+        if pid not in self._roles:
+            command = ""
+            with contextlib.suppress(OSError):
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            self._roles[pid] = None if self._role is None else self._role(command)
+        return self._roles[pid]
 
     def _take(self, last: bool = False) -> None:
         status = tree_status(self._root)
         for pid, (_, hwm) in status.items():
             self._peaks_kb[pid] = max(self._peaks_kb.get(pid, 0), hwm)
-        self.peak_mb = max(self.peak_mb, sum(rss for rss, _ in status.values()) / 1024)
+            self._named(pid)
+        held = sum(rss for rss, _ in status.values()) / 1024
+        if held > self.peak_mb:
+            self.peak_mb = held
+            self._at_peak_kb = {pid: rss for pid, (rss, _) in status.items()}
         if last or self._samples % self._pss_every == 0:
             self.pss_peak_mb = max(self.pss_peak_mb, tree_pss_kb(status) / 1024)
         self._samples += 1

@@ -21,6 +21,7 @@ from memoryd.services.bench.peer_memoryd import (
     memoryd_sources,
     optimiser_peak_rss_mb,
     pipeline_share,
+    process_role,
     user_scope,
 )
 from memoryd.services.bench.peers import (
@@ -438,6 +439,34 @@ def test_the_summed_peaks_count_a_child_that_exited_before_the_end() -> None:
     assert figures["peak_rss_mb"] >= figures["peak_rss_sampled_mb"]
     assert figures["peak_rss_main_mb"] > 0
     assert 0 < figures["peak_pss_sampled_mb"] <= figures["peak_rss_sampled_mb"]
+
+
+def test_each_named_process_has_its_peak_and_its_share_of_the_trees_peak() -> None:
+    """A child named by its command line gets its own peak and what it held at the tree's
+    sampled peak; a process the namer leaves unnamed is counted in the tree only."""
+    hold = "import time; b = b'x' * (200 * 1024 * 1024); time.sleep(1.0)  # holder"
+
+    def role(command: str) -> str | None:
+        return "holder" if "# holder" in command else None
+
+    with TreeRss(os.getpid(), interval=0.05, role=role) as sampled:
+        subprocess.run([sys.executable, "-c", hold], check=True, timeout=30)
+    figures = sampled.figures()
+
+    assert figures["peak_rss_holder_mb"] >= 190
+    assert 190 <= figures["at_peak_holder_mb"] <= figures["peak_rss_holder_mb"]
+    assert not [key for key in figures if key.startswith("at_peak_") and "holder" not in key]
+
+
+def test_memoryd_up_s_processes_are_named_by_their_command_lines() -> None:
+    """The bench names memoryd up, its index host, an optimising child and nats-server."""
+    python = sys.executable
+    assert "main" == process_role(f"{python} -m memoryd.services.cli up ")
+    assert "host" == process_role(f"{python} -m memoryd.shared.adapters.index.edge_host 7 ")
+    build = f"{python} -m memoryd.shared.adapters.index.edge_build /tmp/x/gen-2 384 "
+    assert "build" == process_role(build)
+    assert "nats" == process_role("/venv/bin/nats-server -js -sd /tmp/x ")
+    assert process_role(f"{python} -c pass ") is None
 
 
 def test_the_run_byte_compiles_memoryds_sources_and_leaves_the_tree_as_it_found_it(
