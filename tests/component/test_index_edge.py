@@ -185,3 +185,38 @@ async def test_bounded_segments_keep_what_was_indexed_and_index_only_what_is_new
     await index.close()
     assert (segments, 16_000) == (info.segments, info.points)
     assert ([second[5].id], 16_000) == ([hit.id for hit in found], count)
+
+
+def _resident_kb(pid: int, part: str) -> int:
+    """Return how much of the files whose path holds ``part`` is in ``pid``'s resident set."""
+    resident, counting = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line
+            counting = len(fields) > 5 and part in fields[5]
+        elif counting and fields[0] == "Rss:":
+            resident += int(fields[1])
+    return resident
+
+
+async def test_a_shard_opened_reads_its_vectors_in_only_as_searches_need_them(
+    tmp_path: Path,
+) -> None:
+    """A segment keeps its dense vectors in a 32 MB file however few it holds; opening the
+    shard leaves that file out of the index host's memory (it read all of it before), and a
+    search still finds the nearest point."""
+    points = _points(100)
+    first = EdgeSearchIndex(tmp_path, DIM, hosted=True)
+    await first.ensure_collection()
+    await first.upsert(points)
+    await first.close()
+    reopened = EdgeSearchIndex(tmp_path, DIM, hosted=True)
+    await reopened.ensure_collection()
+    try:
+        assert reopened.host_pid is not None
+        opened_kb = _resident_kb(reopened.host_pid, "vector_storage-dense")
+        dense = await reopened.search_dense(points[7].dense, ACME, limit=1)
+    finally:
+        await reopened.close()
+    assert opened_kb < 4 * 1024
+    assert [points[7].id] == [hit.id for hit in dense]
