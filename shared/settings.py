@@ -135,12 +135,13 @@ class Settings(BaseSettings):
     # everything (11 s at 61,000 points, growing), and Edge holds the GIL while it runs.
     # At least 10,000: Edge indexes a segment only past ~10,000 KB (~6,700 points of 384 floats).
     index_segment_points: int = Field(default=20_000, ge=10_000)
-    # Edge keeps payloads in RAM, or on disk (mmap, Edge's own default) when False. In RAM,
-    # recall's payload reads are ~5-10x faster after an optimisation: one caller p99 41-46
-    # against 52-62 ms at 10,000 turns over 100 users, 95.8 against 181 ms at 100,000, for
-    # ~0.5 KB a point of RAM, held twice while a new generation loads (peak RSS +110 MB at
-    # 10,000 turns, +890 MB at 100,000); applied when the index is next opened and optimised.
-    index_payloads_in_ram: bool = True
+    # True: Edge reads a segment's whole payload file into memory when it opens it (32 MB a
+    # segment however few points it holds); False (Edge's own default): maps it, and reads a
+    # page when a point on it is asked for. On Edge 0.9 recall's payload reads take the same
+    # time either way (40 by id: 0.43-0.46 ms at 10,000 turns, a page's first read included),
+    # and False holds 49 MB less for a 10,000-turn shard, twice that while a new generation
+    # loads; Edge 0.4 read them from disk 5-10x slower. Applied to the segments made after.
+    index_payloads_in_ram: bool = False
     # Edge's shard in a child process of its own, the index host, asked over a socket: Edge
     # holds the GIL while it searches, so in the serving process each search stops its event
     # loop for as long as the engine works. False: in the serving process.

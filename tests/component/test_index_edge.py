@@ -199,12 +199,12 @@ def _resident_kb(pid: int, part: str) -> int:
     return resident
 
 
-async def test_a_shard_opened_reads_its_vectors_in_only_as_searches_need_them(
+async def test_a_shard_opened_reads_its_vectors_and_payloads_in_only_as_searches_need_them(
     tmp_path: Path,
 ) -> None:
-    """A segment keeps its dense vectors in a 32 MB file however few it holds; opening the
-    shard leaves that file out of the index host's memory (it read all of it before), and a
-    search still finds the nearest point."""
+    """A segment keeps its dense vectors, and its payloads, in 32 MB files however few it
+    holds; opening the shard leaves those files out of the index host's memory (it read all
+    of them before), and a search still finds the nearest point with its payload."""
     points = _points(100)
     first = EdgeSearchIndex(tmp_path, DIM, hosted=True)
     await first.ensure_collection()
@@ -214,9 +214,11 @@ async def test_a_shard_opened_reads_its_vectors_in_only_as_searches_need_them(
     await reopened.ensure_collection()
     try:
         assert reopened.host_pid is not None
-        opened_kb = _resident_kb(reopened.host_pid, "vector_storage-dense")
+        vectors_kb = _resident_kb(reopened.host_pid, "vector_storage-dense")
+        payloads_kb = _resident_kb(reopened.host_pid, "payload_storage")
         dense = await reopened.search_dense(points[7].dense, ACME, limit=1)
     finally:
         await reopened.close()
-    assert opened_kb < 4 * 1024
-    assert [points[7].id] == [hit.id for hit in dense]
+    assert vectors_kb < 4 * 1024
+    assert payloads_kb < 4 * 1024
+    assert [(points[7].id, "ann")] == [(hit.id, hit.payload.user_id) for hit in dense]

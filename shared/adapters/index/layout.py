@@ -31,11 +31,14 @@ def edge_config(
 
     With ``segment_points``, segments stop growing at about that many points.
     ``indexing_threads``: threads that build an HNSW (0: Edge's choice, every core).
-    ``payloads_in_ram``: keep payloads in RAM rather than read them through mmap from disk
-    (None: as the shard has them; Edge's default is disk). Recall reads the payloads of the
-    points it keeps by id: after an optimisation, 40 of 48,000 took 2.7-2.9 ms cold and 1.4 ms
-    again from disk, 0.29 ms from RAM; the cost is RAM, held twice while a new generation
-    loads beside the old one (docs/performance.md, session 26).
+    ``payloads_in_ram``: read every page of the payload files in when a segment opens (Edge's
+    ``Cached``), rather than map them and read a page when a point on it is asked for (None:
+    as the shard has them; Edge's default is the latter). Edge 0.9 reads both through the
+    same mapping: recall's read of 40 payloads by id took 0.43-0.46 ms either way, the first
+    read of a page included, at 10,000 turns, while the pre-read held each segment's whole
+    32 MB payload file (49 MB more for that shard, and the optimising child's peak 426 -> 346
+    MB with the dense vectors also mapped without a pre-read). Edge 0.4 read payloads on disk
+    slower (1.4-2.9 against 0.29 ms, docs/performance.md, session 26).
     ``search_threads``: the threads that search a shard's segments in parallel (None: as the
     shard has it; Edge's default is one per CPU it counts, eight on these 2-core machines).
 
