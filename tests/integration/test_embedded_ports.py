@@ -37,3 +37,25 @@ def test_a_server_that_exits_at_start_says_why(tmp_path: Path) -> None:
         with pytest.raises(StartupError, match="address already in use"):
             server.start()
     assert not server.running
+
+
+def _environment_of(server: EmbeddedNats) -> dict[str, str]:
+    pid = server.pid_file.read_text().strip()
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(pair.decode().split("=", 1) for pair in pairs if b"=" in pair)
+
+
+def test_the_server_collects_its_garbage_sooner_unless_told_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's Go collector runs at GOGC=50 (a smaller peak heap); a GOGC or GOMEMLIMIT
+    in memoryd's environment reaches the server as it is."""
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    with EmbeddedNats(tmp_path / "ours") as ours:
+        assert "50" == _environment_of(ours)["GOGC"]
+    monkeypatch.setenv("GOMEMLIMIT", "256MiB")
+    with EmbeddedNats(tmp_path / "theirs") as theirs:
+        told = _environment_of(theirs)
+    assert "256MiB" == told["GOMEMLIMIT"]
+    assert "GOGC" not in told
