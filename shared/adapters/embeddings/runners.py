@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import queue
+import re
 import threading
 import weakref
 from collections.abc import Callable
@@ -199,8 +200,9 @@ def _compiled(exported: Path, config: dict[str, Any]) -> tuple[Any, _Weights | N
     so the first writes the blob and the rest import it. One that cannot be imported (damaged,
     or from another build) is compiled and written again; without a folder to keep it in (a
     read-only model folder), the model is compiled each time. Writing one removes the blobs
-    OpenVINO's own cache kept in the folder before (90 MB each; a process that still maps one
-    keeps its pages) and any part a writer that died left.
+    OpenVINO's own cache kept in the folder before and this export's blobs from another
+    OpenVINO release or precision (90 MB each; a process that still maps one keeps its pages),
+    and any part a writer that died left.
     """
     core = openvino_core()
     folder = exported.parent / COMPILED_FOLDER
@@ -245,6 +247,13 @@ def _blob_name(exported: Path, config: dict[str, Any]) -> str:
     return f"{exported.stem}-{digest}.blob"
 
 
+def _another_of(stale: Path, blob: Path) -> bool:
+    """Say whether ``stale`` is a blob named as ``blob`` is, for the same export, but not it."""
+    export, _, digest = blob.stem.rpartition("-")
+    named = re.fullmatch(rf"{re.escape(export)}-[0-9a-f]{{{len(digest)}}}\.blob", stale.name)
+    return named is not None and stale != blob
+
+
 def _mapped(blob: Path) -> _Weights:
     """Map the blob file."""
     import openvino
@@ -271,8 +280,9 @@ def _compile_and_keep(exported: Path, blob: Path, config: dict[str, Any]) -> _We
     written.replace(blob)
     for stale in blob.parent.glob("*.blob*"):
         # OpenVINO's own cache named its blobs by a number; a part left is a writer's that
-        # died (only the lock's holder writes one).
-        if stale.stem.isdigit() or stale.suffix == ".part":
+        # died (only the lock's holder writes one); another blob of this export is another
+        # OpenVINO release's or precision's, which this machine no longer reads.
+        if stale.stem.isdigit() or stale.suffix == ".part" or _another_of(stale, blob):
             stale.unlink(missing_ok=True)
     return _mapped(blob)
 
