@@ -463,19 +463,20 @@ class TreeRss:
             figures[at_peak] = figures.get(at_peak, 0.0) + self._at_peak_kb.get(pid, 0) / 1024
         return figures
 
-    def _named(self, pid: int) -> str | None:
-        if pid not in self._roles:
-            command = ""
-            with contextlib.suppress(OSError):
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            self._roles[pid] = None if self._role is None else self._role(command)
-        return self._roles[pid]
+    def _name(self, pid: int) -> None:
+        """Name a process the first time it is seen (from its command line)."""
+        if pid in self._roles:
+            return
+        command = ""
+        with contextlib.suppress(OSError):
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        self._roles[pid] = None if self._role is None else self._role(command)
 
     def _take(self, last: bool = False) -> None:
         status = tree_status(self._root)
         for pid, (_, hwm) in status.items():
             self._peaks_kb[pid] = max(self._peaks_kb.get(pid, 0), hwm)
-            self._named(pid)
+            self._name(pid)
         held = sum(rss for rss, _ in status.values()) / 1024
         if held > self.peak_mb:
             self.peak_mb = held

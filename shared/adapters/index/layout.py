@@ -47,8 +47,9 @@ def edge_config(
     it opens them, the unused part of a segment's 32 MB chunk too). A search reads the pages
     it needs, which then stay: 25,271 points (10,000 turns) took a loaded shard from 263 to
     198 MB and the optimising child's peak from 500 to 426 MB, and searches ran at the same
-    speed once their pages were in (p50 1.05-1.16 ms, 40 hits with payloads; the first touch
-    of a page costs a few microseconds). Segments made before keep what they had.
+    speed once their pages were in (p50 1.03-1.16 ms, 40 hits with payloads; 1.24-1.37
+    against 1.04-1.08 ms on the first pass after a load). Segments made before keep what they
+    had.
     """
     optimizers = None
     if segment_points is not None:
