@@ -22,8 +22,14 @@ from memoryd.shared.adapters.embeddings import (
 )
 from memoryd.shared.adapters.embeddings.local import MINILM_NAME
 from memoryd.shared.adapters.embeddings.onnx import default_model_cache, padded, token_batches
-from memoryd.shared.adapters.embeddings.onnx_export import export_name
-from memoryd.shared.adapters.embeddings.runners import openvino_bf16
+from memoryd.shared.adapters.embeddings.onnx_export import (
+    EXTERNAL_BYTES,
+    data_file,
+    ensure_export,
+    export_name,
+    externalise,
+)
+from memoryd.shared.adapters.embeddings.runners import onnxruntime_runner, openvino_bf16
 
 pytestmark = pytest.mark.model
 
@@ -206,11 +212,80 @@ async def test_the_export_is_made_once_and_found_by_the_next_process() -> None:
     assert [str(exported)] == [entry["source"] for entry in loaded]
 
 
+def test_the_export_keeps_its_weights_in_a_data_file_that_onnx_runtime_maps() -> None:
+    """The export's graph names its weights in a data file beside it, and ONNX Runtime maps
+    them from there instead of copying them into each session: a process holding the workers'
+    and recall's sessions reads the word embeddings from the file's pages."""
+    exported = ensure_export(bundled_minilm_path(), default_model_cache(), MINILM_NAME, int8=False)
+    workers, recall = onnxruntime_runner(exported, 1), onnxruntime_runner(exported, 2)
+    ids = np.array([[101, 1045, 4233, 1037, 5001, 102]])
+
+    np.testing.assert_array_equal(workers(ids, np.ones_like(ids)), recall(ids, np.ones_like(ids)))
+    assert 1 <= _mappings_of(data_file(exported))
+    assert exported.stat().st_size < 1_000_000 < data_file(exported).stat().st_size
+
+
+def test_externalising_moves_the_large_weights_to_aligned_offsets_and_keeps_the_results(
+    tmp_path: Path,
+) -> None:
+    """A weight of ``EXTERNAL_BYTES`` or more goes to the data file at an offset a multiple of
+    it; a small one stays in the graph; the model computes the same numbers to the bit."""
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    large = [rng.standard_normal((128, 128)).astype(np.float32) for _ in range(2)]  # 64 KiB
+    bias = rng.standard_normal(128).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h"]),
+        helper.make_node("MatMul", ["h", "w1"], ["hh"]),
+        helper.make_node("Add", ["hh", "b"], ["y"]),
+    ]
+    weights = [numpy_helper.from_array(w, f"w{n}") for n, w in enumerate(large)]
+    graph = helper.make_graph(
+        nodes,
+        "two-products",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])],
+        [*weights, numpy_helper.from_array(bias, "b")],
+    )
+    inline = tmp_path / "inline.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), inline)
+    external = tmp_path / "external.onnx"
+
+    externalise(inline, external)
+
+    saved = {
+        tensor.name: tensor
+        for tensor in onnx.load(external, load_external_data=False).graph.initializer
+    }
+    places = {
+        name: {entry.key: entry.value for entry in tensor.external_data}
+        for name, tensor in saved.items()
+        if tensor.data_location == TensorProto.EXTERNAL
+    }
+    assert {"w0", "w1"} == set(places)
+    assert all(0 == int(place["offset"]) % EXTERNAL_BYTES for place in places.values())
+    data = data_file(external).read_bytes()
+    for n, w in enumerate(large):
+        place = places[f"w{n}"]
+        start = int(place["offset"])
+        assert w.tobytes() == data[start : start + int(place["length"])]
+    x = {"x": rng.standard_normal((1, 128)).astype(np.float32)}
+    results = [
+        onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, x)
+        for model in (inline, external)
+    ]
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+
+
 def _export_copied(into: Path) -> Path:
     """Copy the machine's fp32 export (made already) into a model folder of the test's own."""
     name = export_name(bundled_minilm_path(), MINILM_NAME, int8=False)
     into.mkdir(exist_ok=True)
     shutil.copy(default_model_cache() / name, into / name)
+    shutil.copy(data_file(default_model_cache() / name), data_file(into / name))
     return into / name
 
 
