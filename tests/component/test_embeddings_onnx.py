@@ -29,7 +29,11 @@ from memoryd.shared.adapters.embeddings.onnx_export import (
     export_name,
     externalise,
 )
-from memoryd.shared.adapters.embeddings.runners import onnxruntime_runner, openvino_bf16
+from memoryd.shared.adapters.embeddings.runners import (
+    _written_kb,
+    onnxruntime_runner,
+    openvino_bf16,
+)
 
 pytestmark = pytest.mark.model
 
@@ -360,6 +364,61 @@ async def test_the_workers_and_recalls_models_share_one_mapping_of_the_compiled_
     [blob] = set((tmp_path / "openvino").glob("*.blob*")) - {other}
     assert 1 == _mappings_of(blob)
     assert other.exists()
+
+
+def _resident_kb(path: Path) -> int:
+    """Return how many kB of ``path`` this process's mappings hold resident."""
+    resident, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0]:
+            inside = len(head) == 6 and head[5] == str(path)
+        elif inside and line.startswith("Rss:"):
+            resident += int(line.split()[1])
+    return resident
+
+
+async def test_the_models_let_go_of_the_compiled_pages_they_copied(tmp_path: Path) -> None:
+    """Importing reads the whole compiled model and copies most of it: those pages are let
+    go of, the rest read again as texts use it. After both models ran, under half the blob is
+    resident, and they compute what a model compiled in memory (no blob) computes."""
+    await OnnxEmbedder(cache_dir=default_model_cache()).embed(["exported on first use"])
+    _export_copied(tmp_path / "kept")
+    texts = [f"Turn {i}: we planned the trip to Kyoto." + " More." * (i % 9) for i in range(40)]
+    workers = OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "kept", threads=2)
+    queries = OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "kept", batch_threads=2)
+    _export_copied(tmp_path / "nowhere")
+    (tmp_path / "nowhere" / "openvino").write_text("a file where the folder would be")
+    compiled = OnnxEmbedder(engine="openvino", cache_dir=tmp_path / "nowhere", threads=2)
+
+    batch, question = await workers.embed(texts), await queries.embed(texts[:1])
+
+    [blob] = (tmp_path / "kept" / "openvino").glob("*.blob")
+    assert _resident_kb(blob) * 1024 < blob.stat().st_size / 2
+    np.testing.assert_array_equal(await compiled.embed(texts), batch)
+    np.testing.assert_array_equal(
+        await OnnxEmbedder(
+            engine="openvino", cache_dir=tmp_path / "nowhere", batch_threads=2
+        ).embed(texts[:1]),
+        question,
+    )
+
+
+def test_a_blob_written_to_is_not_let_go_of(tmp_path: Path) -> None:
+    """Pages a runtime wrote to are private copies: their kB are counted, and a blob this
+    process does not map, or mappings that cannot be read, count as unknown."""
+    blob = tmp_path / "m.blob"
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        f"7f00-7f10 rw-p 00000000 fe:00 1234  {blob}\nRss: 64 kB\nAnonymous: 8 kB\n"
+        f"7f10-7f20 rw-p 00010000 fe:00 1234  {blob}\nRss: 64 kB\nAnonymous: 4 kB\n"
+        "7f20-7f30 rw-p 00000000 00:00 0\nRss: 64 kB\nAnonymous: 64 kB\n"
+        "7f30-7f40 r--p 00000000 fe:00 99  /usr/lib/libc.so.6\nAnonymous: 16 kB\n"
+    )
+
+    assert 12 == _written_kb(blob, smaps)
+    assert _written_kb(tmp_path / "other.blob", smaps) is None
+    assert _written_kb(blob, tmp_path / "absent") is None
 
 
 LOAD_AND_EMBED = """
