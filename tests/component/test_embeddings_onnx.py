@@ -29,11 +29,8 @@ from memoryd.shared.adapters.embeddings.onnx_export import (
     export_name,
     externalise,
 )
-from memoryd.shared.adapters.embeddings.runners import (
-    _written_kb,
-    onnxruntime_runner,
-    openvino_bf16,
-)
+from memoryd.shared.adapters.embeddings.runners import onnxruntime_runner, openvino_bf16
+from memoryd.shared.adapters.pages import areas
 
 pytestmark = pytest.mark.model
 
@@ -368,14 +365,7 @@ async def test_the_workers_and_recalls_models_share_one_mapping_of_the_compiled_
 
 def _resident_kb(path: Path) -> int:
     """Return how many kB of ``path`` this process's mappings hold resident."""
-    resident, inside = 0, False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split(maxsplit=5)
-        if len(head) >= 5 and "-" in head[0]:
-            inside = len(head) == 6 and head[5] == str(path)
-        elif inside and line.startswith("Rss:"):
-            resident += int(line.split()[1])
-    return resident
+    return sum(area.rss_kb for area in areas() or () if area.path == str(path))
 
 
 async def test_the_models_let_go_of_the_compiled_pages_they_copied(tmp_path: Path) -> None:
@@ -402,23 +392,6 @@ async def test_the_models_let_go_of_the_compiled_pages_they_copied(tmp_path: Pat
         ).embed(texts[:1]),
         question,
     )
-
-
-def test_a_blob_written_to_is_not_let_go_of(tmp_path: Path) -> None:
-    """Pages a runtime wrote to are private copies: their kB are counted, and a blob this
-    process does not map, or mappings that cannot be read, count as unknown."""
-    blob = tmp_path / "m.blob"
-    smaps = tmp_path / "smaps"
-    smaps.write_text(
-        f"7f00-7f10 rw-p 00000000 fe:00 1234  {blob}\nRss: 64 kB\nAnonymous: 8 kB\n"
-        f"7f10-7f20 rw-p 00010000 fe:00 1234  {blob}\nRss: 64 kB\nAnonymous: 4 kB\n"
-        "7f20-7f30 rw-p 00000000 00:00 0\nRss: 64 kB\nAnonymous: 64 kB\n"
-        "7f30-7f40 r--p 00000000 fe:00 99  /usr/lib/libc.so.6\nAnonymous: 16 kB\n"
-    )
-
-    assert 12 == _written_kb(blob, smaps)
-    assert _written_kb(tmp_path / "other.blob", smaps) is None
-    assert _written_kb(blob, tmp_path / "absent") is None
 
 
 LOAD_AND_EMBED = """

@@ -199,6 +199,35 @@ def _resident_kb(pid: int, part: str) -> int:
     return resident
 
 
+async def test_a_shard_opened_keeps_neither_its_log_nor_its_payload_indexes_in_memory(
+    tmp_path: Path,
+) -> None:
+    """Loading reads the shard's write-ahead log and its payload indexes' files; the index
+    host then lets go of those pages, and scoped searches do not read them again: they find
+    what they found before."""
+    points = _points(3_000)
+    first = EdgeSearchIndex(tmp_path, DIM, hosted=True)
+    await first.ensure_collection()
+    await first.upsert(points)
+    scope = ScopeFilter(tenant="acme", user_id="ann")
+    before = [await first.search_dense(point.dense, scope, limit=5) for point in points[:20]]
+    await first.close()
+    reopened = EdgeSearchIndex(tmp_path, DIM, hosted=True)
+    await reopened.ensure_collection()
+    try:
+        assert reopened.host_pid is not None
+        after = [await reopened.search_dense(point.dense, scope, limit=5) for point in points[:20]]
+        log_kb = _resident_kb(reopened.host_pid, "/wal/")
+        indexes_kb = _resident_kb(reopened.host_pid, "payload_index")
+    finally:
+        await reopened.close()
+    assert [[hit.id for hit in hits] for hits in before] == [
+        [hit.id for hit in hits] for hits in after
+    ]
+    assert log_kb < 64
+    assert indexes_kb < 64
+
+
 async def test_a_shard_opened_reads_its_vectors_and_payloads_in_only_as_searches_need_them(
     tmp_path: Path,
 ) -> None:

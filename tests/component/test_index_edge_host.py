@@ -21,9 +21,10 @@ import pytest
 import qdrant_edge as qe
 
 from memoryd.shared.adapters.index import EdgeSearchIndex, IndexPayload, IndexPoint, ScopeFilter
-from memoryd.shared.adapters.index.edge_engine import Engine, Info, ShardSpec
+from memoryd.shared.adapters.index.edge_engine import Engine, Info, ShardSpec, Store, StoredPoint
 from memoryd.shared.adapters.index.edge_host import HostedShards, HostExited
 from memoryd.shared.adapters.index.layout import edge_config
+from memoryd.shared.adapters.pages import areas
 
 DIM = 8
 ACME = ScopeFilter(tenant="acme")
@@ -148,6 +149,35 @@ def test_the_host_leaves_with_the_serving_process(tmp_path: Path) -> None:
     engine.close_all()
     assert _gone(host, 10.0)
     assert 0 == opened.points
+
+
+def _log_kb(folder: Path) -> int:
+    """Return how many kB of the shard's write-ahead log in ``folder`` this process holds."""
+    return sum(area.rss_kb for area in areas() or () if area.path.startswith(f"{folder}/wal/"))
+
+
+def test_the_pages_written_to_the_log_are_let_go_of_and_nothing_is_lost(tmp_path: Path) -> None:
+    """Edge writes every store to its write-ahead log through a mapping, and reads the log
+    only when it loads the shard: a write past the interval lets go of those pages, where a
+    shard whose interval has not passed keeps them. Every point stored is there on reload."""
+    stored = tuple(
+        StoredPoint(point.id, np.asarray(point.dense, dtype=np.float32).tobytes(), "", {})
+        for point in _points(1_000)
+    )
+    releasing, keeping = Engine(log_release_seconds=0.0), Engine(log_release_seconds=3_600.0)
+    released, kept = tmp_path / "released", tmp_path / "kept"
+    for engine, folder in ((releasing, released), (keeping, kept)):
+        engine.run(engine.open(ShardSpec(str(folder), DIM)).handle, Store(stored, 10.0))
+
+    resident = {folder: _log_kb(folder) for folder in (released, kept)}
+
+    releasing.close_all()
+    keeping.close_all()
+    reloaded = Engine()
+    assert 1_000 == reloaded.open(ShardSpec(str(released), DIM)).points
+    reloaded.close_all()
+    assert 0 == resident[released]
+    assert 64 <= resident[kept]
 
 
 def test_opening_waits_for_a_shard_another_holder_releases(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ def test_the_child_leaves_half_the_cores_to_the_service() -> None:
     assert [1, 1, 1, 2, 4] == [indexing_threads(cores) for cores in (None, 1, 2, 4, 8)]
 
 
-def test_the_child_loads_qdrant_edge_and_the_layout_not_the_index_adapter() -> None:
+def test_the_child_loads_qdrant_edge_the_layout_and_pages_not_the_index_adapter() -> None:
     # What `python -m memoryd.shared.adapters.index.edge_build` imports before main() runs.
     # The whole adapter (NumPy, pydantic, structlog, the contracts) cost the child ~42 MB of
     # its ~400 MB peak on a 12,620-point shard.
@@ -33,6 +33,7 @@ def test_the_child_loads_qdrant_edge_and_the_layout_not_the_index_adapter() -> N
         index,
         f"{index}.edge_build",
         f"{index}.layout",
+        "memoryd.shared.adapters.pages",
     ]
     assert loaded[1:] == [""]
 

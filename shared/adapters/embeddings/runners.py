@@ -31,6 +31,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memoryd.shared.adapters.pages import written_kb
+
 Engine = Literal["onnxruntime", "openvino"]
 Ids = npt.NDArray[np.int64]
 Hidden = npt.NDArray[np.float32]
@@ -54,7 +56,6 @@ WIDTH_STEP = 8
 # MB anonymous), the hidden states equal to the bit.
 COMPILED_FOLDER = "openvino"
 LOCK_FILE = ".compiling"
-SMAPS = Path("/proc/self/smaps")
 
 
 def onnxruntime_runner(exported: Path, threads: int = 1) -> Runner:
@@ -251,7 +252,7 @@ class _Weights:
         vectors equal to the bit. A page the runtime wrote to is a private copy that dropping
         would lose: then nothing is dropped (nor where the process's mappings cannot be read).
         """
-        if hasattr(mmap, "MADV_DONTNEED") and _written_kb(self.path) == 0:
+        if hasattr(mmap, "MADV_DONTNEED") and written_kb(self.path) == 0:
             self.mapping.madvise(mmap.MADV_DONTNEED)
 
 
@@ -284,25 +285,6 @@ def _mapped(blob: Path) -> _Weights:
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     array = np.frombuffer(mapping, dtype=np.uint8)
     return _Weights(openvino.Tensor(array, shared_memory=True), mapping, blob)
-
-
-def _written_kb(path: Path, smaps: Path = SMAPS) -> int | None:
-    """Return how many kB of this process's mappings of ``path`` are private copies of pages
-    written to (None: no mapping of it can be read here)."""
-    try:
-        lines = smaps.read_text().splitlines()
-    except OSError:
-        return None
-    name = str(path.resolve())
-    written, found, inside = 0, False, False
-    for line in lines:
-        head = line.split(maxsplit=5)
-        if len(head) >= 5 and "-" in head[0]:  # an area's first line: range, permissions, ...
-            inside = len(head) == 6 and head[5] == name
-            found = found or inside
-        elif inside and line.startswith("Anonymous:"):
-            written += int(line.split()[1])
-    return written if found else None
 
 
 def _imported(weights: _Weights, config: dict[str, Any]) -> Any | None:

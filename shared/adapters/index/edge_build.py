@@ -26,6 +26,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from memoryd.shared.adapters.index.layout import edge_config
+from memoryd.shared.adapters.pages import release_shared
 
 # Written by EdgeShard.create; its presence means the folder already holds a shard.
 CONFIG_FILE = "edge_config.json"
@@ -165,6 +166,9 @@ def main() -> None:
     threads = indexing_threads(os.cpu_count())
     config = edge_config(args.dimension, args.segment_points, threads)
     shard = qe.EdgeShard.load(str(args.folder), config)
+    # What loading read and the optimiser does not (the write-ahead log, the payload indexes'
+    # files): the child's peak 319 -> 235 MB optimising a 10,000-turn shard, as fast.
+    release_shared(args.folder)
     changed = shard.optimize()
     shard.flush()
     shard.close()

@@ -36,6 +36,7 @@ from memoryd.shared.adapters.index.stored import (
     content_digest,
     point_key,
 )
+from memoryd.shared.adapters.pages import release_shared
 
 __all__ = [
     "Count",
@@ -372,6 +373,10 @@ def _payload_indexes() -> dict[str, qe.KeywordIndexParams | qe.FloatIndexParams]
     return indexes
 
 
+# Edge's write-ahead log folder in a shard's, and how often the pages written to it are let go
+# of (``Engine._release_logs``: reading the index host's mappings takes ~1 ms).
+WAL_FOLDER = "wal"
+LOG_RELEASE_SECONDS = 10.0
 # How long opening waits for a shard another process holds: the index host of a process just
 # killed flushes and releases its shards before it exits, and a new one may already be asking.
 HELD_SECONDS = 30.0
@@ -392,9 +397,12 @@ def _load(folder: Path, config: qe.EdgeConfig, deadline: float) -> qe.EdgeShard:
 class Engine:
     """The open shards of one process, by number."""
 
-    def __init__(self) -> None:
-        """Hold no shard yet."""
+    def __init__(self, log_release_seconds: float = LOG_RELEASE_SECONDS) -> None:
+        """Hold no shard yet; let go of the logs' pages at most every ``log_release_seconds``."""
         self._shards: dict[int, qe.EdgeShard] = {}
+        self._logs: dict[int, Path] = {}  # each shard's write-ahead log folder
+        self._log_release_seconds = log_release_seconds
+        self._released_at = time.monotonic()
         self._next = 1
 
     def open(self, spec: ShardSpec) -> Opened:
@@ -420,8 +428,13 @@ class Engine:
         for field, schema in _payload_indexes().items():
             if field not in existing:
                 shard.update(qe.UpdateOperation.create_field_index(field, schema))
+        # Loading read the whole write-ahead log and the payload indexes' files, which Edge
+        # then works from memory without: 81 of a loaded 10,000-turn shard's 137 MB of file
+        # pages, searched before and after at the same speed, the same hits (pages.py).
+        release_shared(folder)
         handle, self._next = self._next, self._next + 1
         self._shards[handle] = shard
+        self._logs[handle] = folder / WAL_FOLDER
         return Opened(handle, shard.info().points_count, created)
 
     def run(self, handle: int, operation: Operation[R]) -> R:
@@ -429,11 +442,22 @@ class Engine:
         shard = self._shards.get(handle)
         if shard is None:
             raise RuntimeError(f"no Edge shard is open under number {handle}")
-        return operation.apply(shard)
+        result = operation.apply(shard)
+        if operation.writes and time.monotonic() - self._released_at > self._log_release_seconds:
+            self._release_logs()
+        return result
+
+    def _release_logs(self) -> None:
+        """Let go of the pages the shards' write-ahead logs were written through: Edge reads
+        a log only when it loads the shard (ingest left ~25 MB of it in the index host)."""
+        for folder in self._logs.values():
+            release_shared(folder)
+        self._released_at = time.monotonic()
 
     def close(self, handle: int) -> None:
         """Flush the shard's pending writes to its folder and release it."""
         shard = self._shards.pop(handle, None)
+        self._logs.pop(handle, None)
         if shard is not None:
             shard.flush()
             shard.close()
