@@ -15,6 +15,7 @@ Only what stdlib gives is imported here: the optimising child (``index.edge_buil
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import re
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ def release_shared(folder: Path, maps: Path = MAPS) -> int:
     return released
 
 
+@functools.cache
 def _madvise() -> Any | None:
     """Return libc's ``madvise`` (None: not on this platform)."""
     if not hasattr(mmap, "MADV_DONTNEED"):
