@@ -244,6 +244,7 @@ def _local_model(
     max_tokens: int | None,
     *,
     nice: int = 0,
+    idle_seconds: float | None = None,
 ) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
@@ -261,6 +262,7 @@ def _local_model(
         cache_dir=cache_dir,
         max_tokens=max_tokens,
         nice=nice,
+        idle_seconds=idle_seconds,
     )
 
 
@@ -277,7 +279,18 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
             threads = settings.query_threads or min(2, os.cpu_count() or 1)
         runtime = chosen_runtime(runtime)
         nice = settings.embedding_nice if role == "workers" else 0
-        return _local_model(runtime, role, settings.model_cache_dir, threads, max_tokens, nice=nice)
+        # Only the workers' model lets go when idle: its batches' shapes hold ~130-190 MB,
+        # a lone question's a few, which the next question would make again.
+        idle = settings.embedding_idle_seconds if role == "workers" else 0
+        return _local_model(
+            runtime,
+            role,
+            settings.model_cache_dir,
+            threads,
+            max_tokens,
+            nice=nice,
+            idle_seconds=idle or None,
+        )
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":
         options["model"] = settings.embedding_model

@@ -160,6 +160,10 @@ class Settings(BaseSettings):
     # Scheduling niceness of the workers' model lanes (Linux, ONNX Runtime): the event loop,
     # recall's query model and nats-server get the cores first while turns are embedded.
     embedding_nice: int = Field(default=10, ge=0, le=19)
+    # Seconds without a text to embed after which the workers' model gives back its working
+    # memory (OpenVINO's buffers for every batch shape it ran) and the C heap its free pages
+    # (0: never): ~130-190 MB of the main process once ingest stops (docs/performance.md).
+    embedding_idle_seconds: float = Field(default=5.0, ge=0)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
     embedding_base_url: str | None = None

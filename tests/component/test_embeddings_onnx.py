@@ -463,3 +463,58 @@ def test_padded_rows_and_their_mask() -> None:
 
     assert [[5, 6, 7], [9, 0, 0]] == ids.tolist()
     assert [[1, 1, 1], [1, 0, 0]] == mask.tolist()
+
+
+def _anonymous_kb() -> int:
+    """Return this process's resident anonymous memory in kB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+async def _released(model: OnnxEmbedder, times: int, within: float = 10.0) -> None:
+    """Wait until the model has given its working memory back ``times`` times."""
+    deadline = asyncio.get_running_loop().time() + within
+    while model.releases < times:
+        assert asyncio.get_running_loop().time() < deadline, "the idle model kept its memory"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/status")
+async def test_an_idle_openvino_model_gives_back_its_working_memory_and_keeps_its_vectors() -> None:
+    """Once no text has come for ``idle_seconds``, OpenVINO lets go of the buffers of the batch
+    shapes it ran and the heap of its free pages: the process holds less, and the next calls
+    get the same vectors to the bit. While texts keep coming, it holds on."""
+    texts = [
+        f"Turn {i}: we planned the trip to Kyoto, " + "then more. " * (i % 60) for i in range(400)
+    ]
+    model = OnnxEmbedder(engine="openvino", threads=2, idle_seconds=0.5)
+    before = await model.embed(texts)
+    for _ in range(8):  # in use: a text every 0.1 s
+        await model.embed(texts[:1])
+        await asyncio.sleep(0.1)
+    assert 0 == model.releases
+    held = _anonymous_kb()
+
+    await _released(model, 1)
+
+    assert _anonymous_kb() < held - 16_000
+    np.testing.assert_array_equal(before, await model.embed(texts))
+    await _released(model, 2)
+
+
+async def test_an_idle_onnx_runtime_model_keeps_its_vectors() -> None:
+    """ONNX Runtime keeps its buffers in its own arena: idle, only the heap is trimmed."""
+    model = OnnxEmbedder(engine="onnxruntime", threads=2, idle_seconds=0.2)
+    before = await model.embed(TEXTS)
+
+    await _released(model, 1)
+
+    np.testing.assert_array_equal(before, await model.embed(TEXTS))
+
+
+def test_a_model_idle_for_no_time_is_refused() -> None:
+    """``idle_seconds`` is a positive time (None: never let go)."""
+    with pytest.raises(ValueError, match="idle_seconds"):
+        OnnxEmbedder(idle_seconds=0)

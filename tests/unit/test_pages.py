@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.shared.adapters.pages import areas, release_shared, written_kb
+from memoryd.shared.adapters.pages import areas, release_shared, trim_heap, written_kb
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/smaps")
 
@@ -80,3 +80,29 @@ def test_released_pages_leave_the_resident_set_and_read_back_as_last_written(
     assert bytes(expected) == held[:]
     held.close()
     other.close()
+
+
+def _anonymous_kb() -> int:
+    """Return this process's resident anonymous memory in kB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@linux
+def test_trimming_the_heap_gives_its_free_pages_back() -> None:
+    """Freed between live blocks, the heap's pages stay resident until trimmed."""
+    if not trim_heap():
+        pytest.skip("not glibc: no malloc_trim")
+    blocks = [bytearray(8192) for _ in range(20_000)]  # 160 MB, malloc's (not Python's pools)
+    for block in blocks:
+        block[::4096] = b"x" * len(block[::4096])  # touched: resident
+    kept = blocks[::16]  # one block in 16 stays: free() alone cannot shrink the heap
+    del blocks
+    freed = _anonymous_kb()
+
+    assert trim_heap()
+
+    assert _anonymous_kb() < freed - 100_000
+    assert all(block[0] == ord("x") for block in kept)

@@ -36,8 +36,27 @@ from memoryd.shared.adapters.pages import written_kb
 Engine = Literal["onnxruntime", "openvino"]
 Ids = npt.NDArray[np.int64]
 Hidden = npt.NDArray[np.float32]
-# A padded batch (token ids, attention mask) -> each token's last hidden state.
-Runner = Callable[[Ids, Ids], Hidden]
+
+
+def _nothing() -> None:
+    """Give back nothing (an engine that holds no working memory to give back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """A padded batch (token ids, attention mask) -> each token's last hidden state.
+
+    ``release`` gives back the working memory the engine keeps between batches (its buffers
+    for the shapes it has run); the next batch makes what it needs again.
+    """
+
+    run: Callable[[Ids, Ids], Hidden]
+    release: Callable[[], None] = _nothing
+
+    def __call__(self, ids: Ids, mask: Ids) -> Hidden:
+        """Run the batch."""
+        return self.run(ids, mask)
+
 
 BF16 = "BF16"  # what OpenVINO's CPU plugin lists among its capabilities when it can use it
 # OpenVINO's CPU plugin lists BF16 where oneDNN may use avx512_core_bf16 or avx2_vnni_2
@@ -81,7 +100,7 @@ def onnxruntime_runner(exported: Path, threads: int = 1) -> Runner:
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         return np.asarray(session.run(["last_hidden_state"], feeds)[0], dtype=np.float32)
 
-    return run
+    return Runner(run)
 
 
 def widened(rows: Ids, step: int) -> Ids:
@@ -185,7 +204,16 @@ def openvino_runner(exported: Path, lanes: int = 1, threads: int = 1) -> Runner:
         finally:
             requests.put(request)
 
-    return run
+    def release() -> None:
+        # Every lane's request in hand: no batch runs while the model lets go of its buffers.
+        held = [requests.get() for _ in range(lanes)]
+        try:
+            compiled.release_memory()
+        finally:
+            for request in held:
+                requests.put(request)
+
+    return Runner(run, release)
 
 
 def _compiled(exported: Path, config: dict[str, Any]) -> tuple[Any, _Weights | None]:
