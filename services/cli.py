@@ -520,6 +520,12 @@ def _add_bench_peers(bench_sub: argparse._SubParsersAction[argparse.ArgumentPars
     peers.add_argument(
         "--users", type=int, default=1, help="spread the messages over this many users, in turn"
     )
+    peers.add_argument(
+        "--rest-seconds",
+        type=float,
+        default=0.0,
+        help="after the searches, idle this long, then read what each side holds (0: not read)",
+    )
     peers.add_argument("--data", type=Path, default=Path("../shared/bench"))
     peers.add_argument(
         "--out", type=Path, default=Path("bench/results/peers"), help="writes OUT.json, OUT.md"
@@ -682,6 +688,7 @@ def _peer_options(args: argparse.Namespace) -> PeerOptions:
             only=args.only,
             mem0_threads=args.mem0_threads,
             users=args.users,
+            rest_seconds=args.rest_seconds,
         )
     except ValidationError as invalid:
         raise StartupError(f"invalid options: {describe_validation_error(invalid)}") from None

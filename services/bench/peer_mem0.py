@@ -170,7 +170,9 @@ class Mem0Peer:
         self._memory.vector_store.client.close()
 
 
-async def _measure_in(folder: Path, options: PeerOptions, spawned_at: float) -> Figures:
+async def _measure_in(
+    folder: Path, options: PeerOptions, spawned_at: float, sampled: TreeRss
+) -> Figures:
     offline_environment(folder)
     started = time.monotonic()
     memory = make_memory(folder / "store", options.mem0_threads)
@@ -184,7 +186,7 @@ async def _measure_in(folder: Path, options: PeerOptions, spawned_at: float) -> 
         AddMemo(memory.embedding_model)
     peer = Mem0Peer(memory, options.concurrency, options.users)
     try:
-        figures = await measure_phases(peer, workload, options)
+        figures = await measure_phases(peer, workload, options, sampled)
     finally:
         peer.close()
     return {"cold_start_s": cold_start, "init_s": init, **figures}
@@ -196,7 +198,7 @@ async def measure(options: PeerOptions, spawned_at: float) -> Figures:
         TreeRss(os.getpid()) as sampled,
         tempfile.TemporaryDirectory(prefix="memoryd-peers-mem0-") as folder,
     ):
-        figures = await _measure_in(Path(folder), options, spawned_at)
+        figures = await _measure_in(Path(folder), options, spawned_at, sampled)
     return figures | sampled.figures()
 
 

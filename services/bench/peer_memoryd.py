@@ -186,7 +186,8 @@ async def _measure_running(up: Up, workload: Workload, options: PeerOptions) -> 
         client, cold_start = await first_answer(up)
         progress("memoryd", f"first recall answered {cold_start:.1f} s after spawning memoryd up")
         await _warm_up(client)
-        figures = await measure_phases(MemorydPeer(client, options.users), workload, options)
+        peer = MemorydPeer(client, options.users)
+        figures = await measure_phases(peer, workload, options, sampled)
         await client.close()
     return {"cold_start_s": cold_start, **figures, **sampled.figures()}
 

@@ -108,6 +108,9 @@ FIGURES: tuple[tuple[str, str, bool], ...] = (
     ("at_peak_host_mb", "at the tree's sampled peak: the index host (MB)", False),
     ("at_peak_build_mb", "at the tree's sampled peak: the optimising child (MB)", False),
     ("at_peak_nats_mb", "at the tree's sampled peak: nats-server (MB)", False),
+    ("rest_rss_mb", "at rest, rest-seconds after the last search: RSS, process tree (MB)", True),
+    ("rest_pss_mb", "at rest: PSS, process tree (MB)", True),
+    ("rest_main_mb", "at rest: the main process (MB)", False),
     ("load1_start", "machine load average (1 min) at the side's start", False),
     ("load1_end", "machine load average (1 min) at the side's end", False),
 )
@@ -132,6 +135,9 @@ class PeerOptions(BaseModel):
     # Users the messages are spread over, in turn (message i to user i mod users); a search
     # asks the next user's scope in turn. One: every message in one scope.
     users: int = Field(default=1, ge=1)
+    # After the last phase, each side idles this long, then its tree's resident and
+    # proportional sets are read (0: not read): what a quiet service holds.
+    rest_seconds: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _total_holds_the_first_writes(self) -> PeerOptions:
@@ -315,6 +321,8 @@ def command_line(options: PeerOptions) -> str:
         words.append(f"--mem0-threads {options.mem0_threads}")
     if options.users != 1:
         words.append(f"--users {options.users}")
+    if options.rest_seconds:
+        words.append(f"--rest-seconds {options.rest_seconds:g}")
     return " ".join(words)
 
 
@@ -463,6 +471,16 @@ class TreeRss:
             figures[at_peak] = figures.get(at_peak, 0.0) + self._at_peak_kb.get(pid, 0) / 1024
         return figures
 
+    def at_rest(self) -> Figures:
+        """Return what the tree holds now: its resident and proportional sets, and the
+        root's resident set (``rest_rss_mb``, ``rest_pss_mb``, ``rest_main_mb``)."""
+        status = tree_status(self._root)
+        return {
+            "rest_rss_mb": sum(rss for rss, _ in status.values()) / 1024,
+            "rest_pss_mb": tree_pss_kb(status) / 1024,
+            "rest_main_mb": status.get(self._root, (0, 0))[0] / 1024,
+        }
+
     def _name(self, pid: int) -> None:
         """Name a process the first time it is seen (from its command line)."""
         if pid in self._roles:
@@ -597,13 +615,20 @@ async def _load_phase(peer: Peer, asked: Asked, callers: int, seconds: float) ->
     }
 
 
-async def measure_phases(peer: Peer, workload: Workload, options: PeerOptions) -> Figures:
-    """Write n-write, fill to n-total, search one at a time, then under load if asked."""
+async def measure_phases(
+    peer: Peer, workload: Workload, options: PeerOptions, sampled: TreeRss
+) -> Figures:
+    """Write n-write, fill to n-total, search one at a time, then under load if asked; then,
+    if asked, idle ``rest_seconds`` and read what the side's tree holds (``sampled``)."""
     figures = await _write_phases(peer, workload, options)
     asked = asked_of(workload, options)
     figures |= await _search_phase(peer, asked)
     if options.concurrency:
         figures |= await _load_phase(peer, asked, options.concurrency, options.load_seconds)
+    if options.rest_seconds:
+        progress(peer.name, f"at rest for {options.rest_seconds:g} s")
+        await asyncio.sleep(options.rest_seconds)
+        figures |= sampled.at_rest()
     return figures
 
 

@@ -18,7 +18,7 @@ from memoryd.services.bench.peers import DATASET_FILE
 # Both sides load MiniLM; the memoryd side also spawns `memoryd up` and its nats-server.
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
-TINY = ["--n-write", "20", "--n-total", "40", "--n-search", "5"]
+TINY = ["--n-write", "20", "--n-total", "40", "--n-search", "5", "--rest-seconds", "1"]
 FIGURES = (
     "cold_start_s",
     "write_msgs_per_s",
@@ -28,6 +28,9 @@ FIGURES = (
     "search_p99_ms",
     "peak_rss_mb",
     "peak_rss_main_mb",
+    "rest_rss_mb",
+    "rest_pss_mb",
+    "rest_main_mb",
 )
 
 
@@ -92,6 +95,7 @@ def assert_figures(report: dict[str, Any], side: str) -> None:
     assert {} == report["ratios"]
     assert [] == [name for name in FIGURES if not figures.get(name, 0) > 0]
     assert 5 == figures["searches"]
+    assert figures["rest_main_mb"] <= figures["rest_rss_mb"] <= figures["peak_rss_sampled_mb"]
     assert figures["search_results_mean"] > 0  # the searches found what was written
     assert f"--only {side}" in report["command"]
 

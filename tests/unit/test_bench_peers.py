@@ -262,7 +262,13 @@ def test_command_line_names_every_size() -> None:
 def test_the_command_line_parses_back_into_the_same_options() -> None:
     """Every word of the report's command is an option `memoryd bench peers` takes."""
     options = PeerOptions(
-        n_write=20, n_total=40, n_search=5, concurrency=8, load_seconds=12.5, users=3
+        n_write=20,
+        n_total=40,
+        n_search=5,
+        concurrency=8,
+        load_seconds=12.5,
+        users=3,
+        rest_seconds=30,
     )
     words = command_line(options).split()[1:]
 
@@ -423,6 +429,26 @@ def test_the_sampled_tree_counts_a_child_while_it_lives() -> None:
 
     assert sampled.peak_mb >= before + 150
     assert after < before + 150
+
+
+def test_at_rest_the_tree_is_read_as_it_is_now() -> None:
+    """What the tree holds when read at rest: a child holding ~200 MB counts while it lives,
+    in the resident and the proportional sets, not in the root's."""
+    hold = "import sys, time; b = b'x' * (200 * 1024 * 1024); print(1, flush=True); time.sleep(30)"
+    sampled = TreeRss(os.getpid())
+    alone = sampled.at_rest()
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()  # the child holds its 200 MB
+        held = sampled.at_rest()
+    finally:
+        child.kill()
+        child.wait(30)
+
+    assert held["rest_rss_mb"] >= alone["rest_rss_mb"] + 150
+    assert held["rest_pss_mb"] >= alone["rest_pss_mb"] + 150
+    assert held["rest_main_mb"] < alone["rest_main_mb"] + 50
 
 
 def test_the_summed_peaks_count_a_child_that_exited_before_the_end() -> None:
