@@ -279,8 +279,8 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
             threads = settings.query_threads or min(2, os.cpu_count() or 1)
         runtime = chosen_runtime(runtime)
         nice = settings.embedding_nice if role == "workers" else 0
-        # Only the workers' model lets go when idle: its batches' shapes hold ~130-190 MB,
-        # a lone question's a few, which the next question would make again.
+        # Only the workers' model lets go when idle: the buffers of its batches' shapes are
+        # the bulk; a lone question's are few, and the next question would make them again.
         idle = settings.embedding_idle_seconds if role == "workers" else 0
         return _local_model(
             runtime,

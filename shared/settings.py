@@ -162,7 +162,8 @@ class Settings(BaseSettings):
     embedding_nice: int = Field(default=10, ge=0, le=19)
     # Seconds without a text to embed after which the workers' model gives back its working
     # memory (OpenVINO's buffers for every batch shape it ran) and the C heap its free pages
-    # (0: never): ~130-190 MB of the main process once ingest stops (docs/performance.md).
+    # (0: never): `memoryd up` at rest after 3,000 turns 461 against 495 MB; 126-188 MB with
+    # the two models alone in a process (docs/performance.md, session 45).
     embedding_idle_seconds: float = Field(default=5.0, ge=0)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None

@@ -31,6 +31,7 @@ from memoryd.shared.adapters.embeddings.onnx_export import (
 )
 from memoryd.shared.adapters.embeddings.runners import onnxruntime_runner, openvino_bf16
 from memoryd.shared.adapters.pages import areas
+from tests.proc import anonymous_kb
 
 pytestmark = pytest.mark.model
 
@@ -465,14 +466,6 @@ def test_padded_rows_and_their_mask() -> None:
     assert [[1, 1, 1], [1, 0, 0]] == mask.tolist()
 
 
-def _anonymous_kb() -> int:
-    """Return this process's resident anonymous memory in kB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
-    raise AssertionError("no RssAnon in /proc/self/status")
-
-
 async def _released(model: OnnxEmbedder, times: int, within: float = 10.0) -> None:
     """Wait until the model has given its working memory back ``times`` times."""
     deadline = asyncio.get_running_loop().time() + within
@@ -495,11 +488,11 @@ async def test_an_idle_openvino_model_gives_back_its_working_memory_and_keeps_it
         await model.embed(texts[:1])
         await asyncio.sleep(0.1)
     assert 0 == model.releases
-    held = _anonymous_kb()
+    held = anonymous_kb()
 
     await _released(model, 1)
 
-    assert _anonymous_kb() < held - 16_000
+    assert anonymous_kb() < held - 16_000
     np.testing.assert_array_equal(before, await model.embed(texts))
     await _released(model, 2)
 

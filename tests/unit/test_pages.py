@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.shared.adapters.pages import areas, release_shared, trim_heap, written_kb
+from tests.proc import anonymous_kb
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/smaps")
 
@@ -82,14 +83,6 @@ def test_released_pages_leave_the_resident_set_and_read_back_as_last_written(
     other.close()
 
 
-def _anonymous_kb() -> int:
-    """Return this process's resident anonymous memory in kB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
-    raise AssertionError("no RssAnon in /proc/self/status")
-
-
 @linux
 def test_trimming_the_heap_gives_its_free_pages_back() -> None:
     """Freed between live blocks, the heap's pages stay resident until trimmed."""
@@ -100,9 +93,9 @@ def test_trimming_the_heap_gives_its_free_pages_back() -> None:
         block[::4096] = b"x" * len(block[::4096])  # touched: resident
     kept = blocks[::16]  # one block in 16 stays: free() alone cannot shrink the heap
     del blocks
-    freed = _anonymous_kb()
+    freed = anonymous_kb()
 
     assert trim_heap()
 
-    assert _anonymous_kb() < freed - 100_000
+    assert anonymous_kb() < freed - 100_000
     assert all(block[0] == ord("x") for block in kept)

@@ -165,7 +165,7 @@ class OnnxEmbedder:
         self._last_used = 0.0  # time.monotonic() of the last embed's end
         self._embedding = 0  # embed calls under way
         self._checking: asyncio.AbstractEventLoop | None = None  # where a check is scheduled
-        self._releasing: asyncio.Future[None] | None = None
+        self._releasing: asyncio.Future[None] | None = None  # held: a loop keeps tasks weakly
         self.releases = 0  # times the working memory was given back (for tests and figures)
 
     @property
