@@ -97,6 +97,7 @@ from memoryd.shared.adapters.sql.engine import (
     LoopReads,
     create_engine,
     loop_reads,
+    read_only,
     session_factory,
     sql_error,
     sqlite_file,
@@ -723,7 +724,10 @@ async def _open_database(
     engine = create_engine(settings.resolved_database_url())
     exit_stack.push_async_callback(engine.dispose)
     await create_schema(engine)
-    return engine, session_factory(engine), session_factory(engine, writer=False)
+    readers = read_only(engine)
+    if readers.sync_engine.pool is not engine.sync_engine.pool:  # a SQLite file's own
+        exit_stack.push_async_callback(readers.dispose)
+    return engine, session_factory(engine), session_factory(readers, writer=False)
 
 
 class AnotherLog(StartupError):

@@ -79,6 +79,28 @@ def create_engine(url: str, *, search_path: str | None = None) -> AsyncEngine:
     )
 
 
+def read_only(engine: AsyncEngine) -> AsyncEngine:
+    """Return an engine for read-only sessions over ``engine``'s database, opened in
+    autocommit: no transaction around a session's statements, each reading what is committed
+    when it runs (what PostgreSQL's READ COMMITTED gave each of them already).
+
+    A transaction costs a reader two more hand-offs a session for nothing it needs: the BEGIN
+    and the ROLLBACK at its close, each a trip to aiosqlite's thread and back on a SQLite file
+    (0.41 ms of wall a BEGIN in a user's first recall, ~8 sessions; docs/performance.md,
+    session 46) and a round trip to PostgreSQL. A SQLite file gets an engine of its own whose
+    connections never begin one and skip the rollback (``skip_autocommit_rollback``); the
+    writers' engine keeps both. A database in memory is only seen through ``engine`` itself,
+    which is returned as it is. An engine with a pool of its own is the caller's to dispose of.
+    """
+    if engine.dialect.name != "sqlite":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    if not sqlite_file(engine.url):
+        return engine
+    readers = create_async_engine(engine.url, skip_autocommit_rollback=True)
+    event.listen(readers.sync_engine, "connect", _sqlite_pragmas)
+    return readers
+
+
 def session_factory(engine: AsyncEngine, *, writer: bool = True) -> async_sessionmaker:  # type: ignore[type-arg]
     """Return a session factory; ``writer=False`` for read-only callers such as recall."""
     # Writers' transactions take SQLite's write lock first (see _sqlite_begin).
