@@ -182,8 +182,12 @@ class FilingTable:
         self._synced: dict[str, Segment] = {}
         self._rows: dict[str, int] = {}
         self._ids: list[str] = []
-        self._keywords: list[frozenset[str]] = []
-        self._postings: dict[str, set[int]] = {}  # keyword -> the rows holding it
+        # Tuples, not sets: the collector stops tracking a tuple of strings or ints, and never a
+        # set. A worker holds a table for each user it files pages for, and the postings' sets
+        # were half the objects its full collections walked (34,000 of 82,000 after 30 users
+        # x 1,000 turns; docs/performance.md, session 46).
+        self._keywords: list[tuple[str, ...]] = []
+        self._postings: dict[str, tuple[int, ...]] = {}  # keyword -> the rows holding it
         self._matrix: npt.NDArray[np.float32] | None = None
         self._sizes: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # keywords per row
 
@@ -220,21 +224,21 @@ class FilingTable:
         if row is None:
             row = len(self._ids)
             self._ids.append(segment.id)
-            self._keywords.append(frozenset())
+            self._keywords.append(())
             self._rows[segment.id] = row
         matrix = self._room(row + 1, len(segment.vector))
         matrix[row] = segment.vector
-        self._post(row, frozenset(segment.keywords))
+        self._post(row, tuple(dict.fromkeys(segment.keywords)))
         self._synced[segment.id] = segment
 
     def _remove(self, segment_id: str) -> None:
         row = self._rows.pop(segment_id)
         del self._synced[segment_id]
         last = len(self._ids) - 1
-        self._post(row, frozenset())
+        self._post(row, ())
         if row != last and self._matrix is not None:  # the last row fills the hole
             moved = self._keywords[last]
-            self._post(last, frozenset())
+            self._post(last, ())
             self._ids[row] = self._ids[last]
             self._matrix[row] = self._matrix[last]
             self._post(row, moved)
@@ -242,15 +246,17 @@ class FilingTable:
         self._ids.pop()
         self._keywords.pop()
 
-    def _post(self, row: int, keywords: frozenset[str]) -> None:
-        """Make ``keywords`` the row's keywords, in the postings and the sizes."""
-        for word in self._keywords[row] - keywords:
-            holding = self._postings[word]
-            holding.discard(row)
-            if not holding:
+    def _post(self, row: int, keywords: tuple[str, ...]) -> None:
+        """Make ``keywords`` (distinct) the row's keywords, in the postings and the sizes."""
+        before, after = set(self._keywords[row]), set(keywords)
+        for word in before - after:
+            holding = tuple(held for held in self._postings[word] if held != row)
+            if holding:
+                self._postings[word] = holding
+            else:
                 del self._postings[word]
-        for word in keywords - self._keywords[row]:
-            self._postings.setdefault(word, set()).add(row)
+        for word in after - before:
+            self._postings[word] = (*self._postings.get(word, ()), row)
         self._keywords[row] = keywords
         self._sizes[row] = len(keywords)
 
