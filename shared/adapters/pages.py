@@ -93,6 +93,32 @@ def release_shared(folder: Path, maps: Path = MAPS) -> int:
     return released
 
 
+def release_file(path: Path, smaps: Path = SMAPS) -> int:
+    """Take the pages of this process's mappings of ``path`` out of its resident set, but
+    those of a private mapping holding a page written to; return how many bytes of mappings
+    that covered (0 where this cannot be done here).
+
+    For a model's weights file, which a runtime maps read-only and reads rows of (a Gather's
+    word embeddings): the pages the texts so far have touched stay resident, each mapping
+    counting its own, until let go of; the next reads take theirs back from the page cache.
+    Reads ``smaps`` (a few ms): for an idle moment.
+    """
+    name = str(path.resolve())
+    held = [
+        area
+        for area in areas(smaps) or ()
+        if area.path == name and (area.shared or area.written_kb == 0)
+    ]
+    madvise = _madvise()
+    if madvise is None:
+        return 0
+    released = 0
+    for area in held:
+        if madvise(area.start, area.end - area.start, mmap.MADV_DONTNEED) == 0:
+            released += area.end - area.start
+    return released
+
+
 def trim_heap() -> bool:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``); say whether
     this could be done here.

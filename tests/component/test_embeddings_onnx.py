@@ -489,22 +489,49 @@ async def test_an_idle_openvino_model_gives_back_its_working_memory_and_keeps_it
         await asyncio.sleep(0.1)
     assert 0 == model.releases
     held = anonymous_kb()
+    stem = Path(export_name(bundled_minilm_path(), MINILM_NAME, int8=False)).stem
+    blob = next(a.path for a in areas() or () if Path(a.path).name.startswith(f"{stem}-"))
+    assert _resident_kb(Path(blob)) > 8_000  # the word embeddings' rows the texts read
 
     await _released(model, 1)
 
     assert anonymous_kb() < held - 16_000
+    assert _resident_kb(Path(blob)) < 1_000
     np.testing.assert_array_equal(before, await model.embed(texts))
     await _released(model, 2)
 
 
-async def test_an_idle_onnx_runtime_model_keeps_its_vectors() -> None:
-    """ONNX Runtime keeps its buffers in its own arena: idle, only the heap is trimmed."""
+def _words_across_the_vocabulary() -> list[str]:
+    """Texts of words spread over the model's whole vocabulary (its embeddings' every page)."""
+    vocabulary = (bundled_minilm_path() / "vocab.txt").read_text().split()
+    words = [word for word in vocabulary[2000::10] if word.isalpha()]
+    return [" ".join(words[start : start + 40]) for start in range(0, len(words), 40)]
+
+
+def _resident_kb(path: Path) -> int:
+    """Return this process's resident kB of its mappings of ``path``."""
+    return sum(area.rss_kb for area in areas() or () if area.path == str(path.resolve()))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/smaps")
+async def test_an_idle_onnx_runtime_model_lets_go_of_its_weights_pages_and_keeps_its_vectors() -> (
+    None
+):
+    """ONNX Runtime reads the word embeddings' rows from its mapping of the export's data file,
+    and each page a text touched stays resident. Idle, the model lets go of them (its arena
+    stays); the next calls read them back and get the same vectors to the bit."""
+    texts = _words_across_the_vocabulary()  # ~2,800 words, each on a page of its own
     model = OnnxEmbedder(engine="onnxruntime", threads=2, idle_seconds=0.2)
-    before = await model.embed(TEXTS)
+    before = await model.embed(texts)
+    name = export_name(bundled_minilm_path(), MINILM_NAME, int8=False)
+    weights = data_file(default_model_cache() / name)
+    assert _resident_kb(weights) > 8_000
 
     await _released(model, 1)
 
-    np.testing.assert_array_equal(before, await model.embed(TEXTS))
+    assert _resident_kb(weights) < 1_000
+    np.testing.assert_array_equal(before, await model.embed(texts))
+    assert _resident_kb(weights) > 8_000  # read back as the texts ask
 
 
 def test_a_model_idle_for_no_time_is_refused() -> None:

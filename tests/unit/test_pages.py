@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.shared.adapters.pages import areas, release_shared, trim_heap, written_kb
+from memoryd.shared.adapters.pages import (
+    areas,
+    release_file,
+    release_shared,
+    trim_heap,
+    written_kb,
+)
 from tests.proc import anonymous_kb
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/smaps")
@@ -81,6 +87,37 @@ def test_released_pages_leave_the_resident_set_and_read_back_as_last_written(
     assert bytes(expected) == held[:]
     held.close()
     other.close()
+
+
+@linux
+def test_a_file_mapped_to_be_read_lets_go_of_its_pages_but_not_of_pages_written_to(
+    tmp_path: Path,
+) -> None:
+    """Two read-only mappings of a weights file, read whole: released, neither holds a page,
+    and they read the same bytes again. A private mapping written to keeps its pages (dropping
+    them would lose the write); another file keeps its own."""
+    weights, other = tmp_path / "model.onnx.data", tmp_path / "other.data"
+    size = 64 * mmap.PAGESIZE
+    for path in (weights, other):
+        path.write_bytes(bytes(range(256)) * (size // 256))
+    with weights.open("rb") as a, other.open("rb") as b:
+        first, second = (mmap.mmap(a.fileno(), size, access=mmap.ACCESS_READ) for _ in "12")
+        written = mmap.mmap(a.fileno(), size, access=mmap.ACCESS_COPY)
+        kept = mmap.mmap(b.fileno(), size, access=mmap.ACCESS_READ)
+    for mapping in (first, second, written, kept):
+        _ = mapping[:]
+    written[:5] = b"newer"
+
+    released = release_file(weights)
+
+    resident = [(area.path, area.rss_kb) for area in areas() or () if area.rss_kb]
+    assert 2 * size == released
+    assert [size // 1024] == [kb for path, kb in resident if path == str(other)]
+    assert [size // 1024] == [kb for path, kb in resident if path == str(weights)]  # written
+    assert weights.read_bytes() == first[:] == second[:]
+    assert b"newer" == written[:5]
+    for mapping in (first, second, written, kept):
+        mapping.close()
 
 
 @linux
