@@ -517,19 +517,22 @@ def _resident_kb(path: Path) -> int:
 async def test_an_idle_onnx_runtime_model_lets_go_of_its_weights_pages_and_keeps_its_vectors() -> (
     None
 ):
-    """ONNX Runtime reads the word embeddings' rows from its mapping of the export's data file,
-    and each page a text touched stays resident. Idle, the model lets go of them (its arena
-    stays); the next calls read them back and get the same vectors to the bit."""
+    """ONNX Runtime computes in an arena it keeps, and reads the word embeddings' rows from its
+    mapping of the export's data file, each page a text touched staying resident. Idle, the
+    model shrinks the arena and lets go of those pages: the process holds less, and the next
+    calls read them back and get the same vectors to the bit."""
     texts = _words_across_the_vocabulary()  # ~2,800 words, each on a page of its own
     model = OnnxEmbedder(engine="onnxruntime", threads=2, idle_seconds=0.2)
     before = await model.embed(texts)
     name = export_name(bundled_minilm_path(), MINILM_NAME, int8=False)
     weights = data_file(default_model_cache() / name)
     assert _resident_kb(weights) > 8_000
+    held = anonymous_kb()
 
     await _released(model, 1)
 
     assert _resident_kb(weights) < 1_000
+    assert anonymous_kb() < held - 8_000
     np.testing.assert_array_equal(before, await model.embed(texts))
     assert _resident_kb(weights) > 8_000  # read back as the texts ask
 
