@@ -19,6 +19,7 @@ import ctypes
 import functools
 import mmap
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,15 +83,7 @@ def release_shared(folder: Path, maps: Path = MAPS) -> int:
     here). Reads ``/proc/self/maps``, which Linux writes without walking the pages: 1.1 ms
     for the index host's 340 areas, against 5.5 ms for its ``smaps``."""
     prefix = f"{folder.resolve()}/"
-    held = [area for area in areas(maps) or () if area.shared and area.path.startswith(prefix)]
-    madvise = _madvise()
-    if madvise is None:
-        return 0
-    released = 0
-    for area in held:
-        if madvise(area.start, area.end - area.start, mmap.MADV_DONTNEED) == 0:
-            released += area.end - area.start
-    return released
+    return _drop(area for area in areas(maps) or () if area.shared and area.path.startswith(prefix))
 
 
 def release_file(path: Path, smaps: Path = SMAPS) -> int:
@@ -104,11 +97,15 @@ def release_file(path: Path, smaps: Path = SMAPS) -> int:
     Reads ``smaps`` (a few ms): for an idle moment.
     """
     name = str(path.resolve())
-    held = [
+    return _drop(
         area
         for area in areas(smaps) or ()
         if area.path == name and (area.shared or area.written_kb == 0)
-    ]
+    )
+
+
+def _drop(held: Iterable[Area]) -> int:
+    """Take the areas' pages out of the resident set; return the bytes that covered."""
     madvise = _madvise()
     if madvise is None:
         return 0
