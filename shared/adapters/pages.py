@@ -6,7 +6,7 @@ shard's whole write-ahead log and its payload indexes' files when it loads the s
 works from what it built in memory. ``MADV_DONTNEED`` takes such pages out of the process's
 resident set and leaves them in the page cache: a page read again comes back from there (or from
 the file), with what was last written to it. That holds for a shared mapping, and for a private
-one only where no page is a private copy the process wrote to (``written_kb``), which dropping
+one only where no page is a private copy the process wrote to (``Area.written_kb``), which dropping
 would lose. And of the C heap's free pages (``trim_heap``), which malloc keeps after a native
 library frees its buffers.
 
@@ -67,14 +67,6 @@ def areas(smaps: Path = SMAPS) -> list[Area] | None:
     if end:
         found.append(Area(start, end, shared, path, rss, written))
     return found
-
-
-def written_kb(path: Path, smaps: Path = SMAPS) -> int | None:
-    """Return how many kB of this process's mappings of ``path`` are private copies of pages
-    written to (None: no mapping of it can be read here)."""
-    name = str(path.resolve())
-    mapped = [area for area in areas(smaps) or () if area.path == name]
-    return sum(area.written_kb for area in mapped) if mapped else None
 
 
 def release_shared(folder: Path, maps: Path = MAPS) -> int:

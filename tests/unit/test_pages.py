@@ -12,7 +12,6 @@ from memoryd.shared.adapters.pages import (
     release_file,
     release_shared,
     trim_heap,
-    written_kb,
 )
 from tests.proc import anonymous_kb
 
@@ -46,17 +45,6 @@ def test_areas_are_read_with_their_file_sharing_and_resident_and_written_pages(
         (0x7F30, 0x7F40, True, "/data/index/wal/open-1", 16, 0),
     ] == [(a.start, a.end, a.shared, a.path, a.rss_kb, a.written_kb) for a in found or ()]
     assert areas(tmp_path / "absent") is None
-
-
-def test_pages_written_to_are_counted_and_an_unmapped_file_is_unknown(tmp_path: Path) -> None:
-    """A runtime's writes to a private mapping are private copies: their kB are counted; a
-    file this process does not map, or mappings that cannot be read, count as unknown."""
-    blob = tmp_path / "m.blob"
-    smaps = _smaps(tmp_path, blob)
-
-    assert 12 == written_kb(blob, smaps)
-    assert written_kb(tmp_path / "other.blob", smaps) is None
-    assert written_kb(blob, tmp_path / "absent") is None
 
 
 @linux

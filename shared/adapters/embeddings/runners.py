@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memoryd.shared.adapters.embeddings.onnx_export import data_file
-from memoryd.shared.adapters.pages import release_file, written_kb
+from memoryd.shared.adapters.pages import release_file
 
 Engine = Literal["onnxruntime", "openvino"]
 Ids = npt.NDArray[np.int64]
@@ -303,8 +303,7 @@ class _Weights:
         vectors equal to the bit. A page the runtime wrote to is a private copy that dropping
         would lose: then nothing is dropped (nor where the process's mappings cannot be read).
         """
-        if hasattr(mmap, "MADV_DONTNEED") and written_kb(self.path) == 0:
-            self.mapping.madvise(mmap.MADV_DONTNEED)
+        release_file(self.path)
 
 
 # Each kept blob's mapping while a model imported from it lives (its runners hold it).
