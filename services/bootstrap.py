@@ -246,6 +246,7 @@ def _local_model(
     *,
     nice: int = 0,
     idle_seconds: float | None = None,
+    unload_seconds: float | None = None,
 ) -> Embedder:
     # One model per process, runtime and role: the embedded default, the CLI and tests start
     # several stacks in one process, and loading a model costs time. Queries get their own
@@ -264,6 +265,7 @@ def _local_model(
         max_tokens=max_tokens,
         nice=nice,
         idle_seconds=idle_seconds,
+        unload_seconds=unload_seconds,
     )
 
 
@@ -283,6 +285,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
         # Only the workers' model lets go when idle: the buffers of its batches' shapes are
         # the bulk; a lone question's are few, and the next question would make them again.
         idle = settings.embedding_idle_seconds if role == "workers" else 0
+        unload = settings.embedding_unload_seconds if role == "workers" else 0
         return _local_model(
             runtime,
             role,
@@ -291,6 +294,7 @@ def build_model(settings: Settings, role: EmbedderRole = "workers") -> Embedder:
             max_tokens,
             nice=nice,
             idle_seconds=idle or None,
+            unload_seconds=unload or None,
         )
     options: dict[str, Any] = {}
     if settings.embedding_kind == "local":

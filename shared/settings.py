@@ -165,6 +165,11 @@ class Settings(BaseSettings):
     # (0: never): `memoryd up` at rest after 3,000 turns 461 against 495 MB; 126-188 MB with
     # the two models alone in a process (docs/performance.md, session 45).
     embedding_idle_seconds: float = Field(default=5.0, ge=0)
+    # Seconds without a text to embed after which the workers' model is let go of, its
+    # weights as the engine laid them out included (0: never); the next text loads it again
+    # (0.3 s with its first batch). `memoryd up` at rest after 10,000 turns: see
+    # docs/performance.md, session 48.
+    embedding_unload_seconds: float = Field(default=30.0, ge=0)
     # Where ONNX exports of local models are kept (default ~/.cache/memoryd/models).
     model_cache_dir: Path | None = None
     embedding_base_url: str | None = None

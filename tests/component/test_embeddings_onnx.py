@@ -29,7 +29,7 @@ from memoryd.shared.adapters.embeddings.onnx_export import (
     export_name,
     externalise,
 )
-from memoryd.shared.adapters.embeddings.runners import onnxruntime_runner, openvino_bf16
+from memoryd.shared.adapters.embeddings.runners import Engine, onnxruntime_runner, openvino_bf16
 from memoryd.shared.adapters.pages import areas
 from tests.proc import anonymous_kb
 
@@ -538,6 +538,52 @@ async def test_an_idle_onnx_runtime_model_lets_go_of_its_weights_pages_and_keeps
 
 
 def test_a_model_idle_for_no_time_is_refused() -> None:
-    """``idle_seconds`` is a positive time (None: never let go)."""
+    """``idle_seconds`` and ``unload_seconds`` are positive times (None: never)."""
     with pytest.raises(ValueError, match="idle_seconds"):
         OnnxEmbedder(idle_seconds=0)
+    with pytest.raises(ValueError, match="unload_seconds"):
+        OnnxEmbedder(unload_seconds=-1)
+
+
+async def _unloaded(model: OnnxEmbedder, times: int, within: float = 10.0) -> None:
+    """Wait until the model has been let go of ``times`` times."""
+    deadline = asyncio.get_running_loop().time() + within
+    while model.unloads < times:
+        assert asyncio.get_running_loop().time() < deadline, "the idle model stayed loaded"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/status")
+@pytest.mark.parametrize("engine", ["openvino", "onnxruntime"])
+async def test_a_model_idle_for_longer_is_let_go_of_and_loads_again_with_the_same_vectors(
+    engine: Engine,
+) -> None:
+    """After ``idle_seconds`` the model gives back its working memory; after
+    ``unload_seconds`` the model itself goes, its weights as the engine laid them out with it.
+    The next text loads it again, on the same lanes, and gets the same vectors to the bit."""
+    texts = [f"Turn {i}: the trip to Kyoto, " + "then more. " * (i % 40) for i in range(200)]
+    model = OnnxEmbedder(engine=engine, threads=2, idle_seconds=0.2, unload_seconds=0.6)
+    before = await model.embed(texts)
+    await _released(model, 1)
+    released = anonymous_kb()
+    threads = threading.active_count()
+
+    await _unloaded(model, 1)
+
+    assert not model.loaded
+    assert anonymous_kb() < released - 20_000  # the weights the engine copied, at least
+    np.testing.assert_array_equal(before, await model.embed(texts))
+    assert model.loaded
+    assert threads == threading.active_count()  # no thread left behind by the reload
+    await _unloaded(model, 2)
+
+
+async def test_a_model_in_use_stays_loaded() -> None:
+    """While texts keep coming, more often than ``idle_seconds``, nothing is let go of."""
+    model = OnnxEmbedder(engine="onnxruntime", threads=2, idle_seconds=0.2, unload_seconds=0.3)
+    for _ in range(10):  # a text every 0.1 s for 1 s
+        await model.embed(["where do I live?"])
+        await asyncio.sleep(0.1)
+
+    assert (0, 0) == (model.releases, model.unloads)
+    assert model.loaded
