@@ -466,11 +466,12 @@ def test_padded_rows_and_their_mask() -> None:
     assert [[1, 1, 1], [1, 0, 0]] == mask.tolist()
 
 
-async def _released(model: OnnxEmbedder, times: int, within: float = 10.0) -> None:
-    """Wait until the model has given its working memory back ``times`` times."""
-    deadline = asyncio.get_running_loop().time() + within
-    while model.releases < times:
-        assert asyncio.get_running_loop().time() < deadline, "the idle model kept its memory"
+async def _released(model: OnnxEmbedder, times: int, *, unloads: bool = False) -> None:
+    """Wait (10 s at most) until the model has given its working memory back ``times`` times,
+    or with ``unloads`` been let go of that many times."""
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while (model.unloads if unloads else model.releases) < times:
+        assert asyncio.get_running_loop().time() < deadline, "the idle model held on"
         await asyncio.sleep(0.05)
 
 
@@ -545,14 +546,6 @@ def test_a_model_idle_for_no_time_is_refused() -> None:
         OnnxEmbedder(unload_seconds=-1)
 
 
-async def _unloaded(model: OnnxEmbedder, times: int, within: float = 10.0) -> None:
-    """Wait until the model has been let go of ``times`` times."""
-    deadline = asyncio.get_running_loop().time() + within
-    while model.unloads < times:
-        assert asyncio.get_running_loop().time() < deadline, "the idle model stayed loaded"
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux's /proc/self/status")
 @pytest.mark.parametrize("engine", ["openvino", "onnxruntime"])
 async def test_a_model_idle_for_longer_is_let_go_of_and_loads_again_with_the_same_vectors(
@@ -568,14 +561,14 @@ async def test_a_model_idle_for_longer_is_let_go_of_and_loads_again_with_the_sam
     released = anonymous_kb()
     threads = threading.active_count()
 
-    await _unloaded(model, 1)
+    await _released(model, 1, unloads=True)
 
     assert not model.loaded
     assert anonymous_kb() < released - 20_000  # the weights the engine copied, at least
     np.testing.assert_array_equal(before, await model.embed(texts))
     assert model.loaded
     assert threads == threading.active_count()  # no thread left behind by the reload
-    await _unloaded(model, 2)
+    await _released(model, 2, unloads=True)
 
 
 async def test_a_model_in_use_stays_loaded() -> None:
