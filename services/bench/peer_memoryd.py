@@ -37,7 +37,7 @@ from memoryd.services.bench.peers import (
     progress,
     side_main,
 )
-from memoryd.services.bootstrap import EmbedderRole, build_model, key_options
+from memoryd.services.bootstrap import EmbedderRole, build_model, key_options, warm_embedder
 from memoryd.services.indexer.items import KeyOptions, Upsert, plan
 from memoryd.shared.adapters.embedded_nats import free_port
 from memoryd.shared.adapters.nats_log import NatsUnavailable
@@ -249,12 +249,13 @@ async def prepare_models() -> None:
     A machine's first `memoryd up` exports the bundled model to ONNX and compiles it for the
     CPU, once; the bench measures memoryd as installed, as mem0 with its model on disk. On a
     fresh AVX512-BF16 machine the first start took 10.5 s to its first recall (the tree at
-    once 1,925 MB, the export's torch included) where a prepared one takes 1.4-2.4 s.
+    once 1,925 MB, the export's torch included) where a prepared one took 1.1-1.5 s. A model
+    that cannot load stops the bench here, saying why, as it would stop `memoryd up`.
     """
     settings = Settings()
     roles: tuple[EmbedderRole, ...] = ("workers", "queries")
     for role in roles:
-        await build_model(settings, role).embed(["warm-up"])
+        await warm_embedder(build_model(settings, role), settings)
 
 
 async def model_alone(workload: Workload, options: PeerOptions) -> Figures:
