@@ -116,9 +116,11 @@ class Settings(BaseSettings):
     qdrant_api_key: SecretStr | None = None
     qdrant_collection: str = "memoryd"
     # Edge builds its HNSW only when optimised, in a child process on a copy of the index (Edge
-    # holds the GIL while it optimises): after this many upserted points, and after
-    # index_optimize_quiet_seconds without a write when index_optimize_quiet_points are outside
-    # any HNSW. A dense search by brute force took 1.4 ms at 12,620 points here, 0.4 ms on HNSW.
+    # holds the GIL while it optimises): after this many upserted points at most (sooner while
+    # the index is small: index_optimize_quiet_points of them, or half those already in an
+    # HNSW), and after index_optimize_quiet_seconds without a write when
+    # index_optimize_quiet_points are outside any HNSW. A dense search by brute force took
+    # 1.4 ms at 12,620 points here, 0.4 ms on HNSW.
     index_optimize_every: int = Field(default=20_000, ge=1)
     # False: optimise in this process (the GIL held throughout), at every index_optimize_every
     # points exactly and never after a quiet spell: what a bulk load that optimises at its end

@@ -48,6 +48,18 @@ async def _filled(
     return index
 
 
+async def _left_unindexed(path: Path, *, hosted: bool = False, **policy: Any) -> EdgeSearchIndex:
+    """Return the index reopened with this policy over ``BUILT`` points a run before wrote and
+    left outside any HNSW: opening starts the quiet spell, and none were written in this run
+    (written here, ``quiet_points`` of them would start a build by their count)."""
+    first = await _filled(path)  # no ``every``: nothing builds by itself
+    await first.close()
+    optimizing = Optimizing(in_background=True, **policy)
+    index = EdgeSearchIndex(path, DIM, optimizing=optimizing, hosted=hosted)
+    await index.ensure_collection()
+    return index
+
+
 def _names(folder: Path) -> list[str]:
     return sorted(entry.name for entry in folder.iterdir())
 
@@ -143,11 +155,12 @@ async def test_searches_are_answered_while_the_child_optimises(
 async def test_a_quiet_spell_starts_an_optimisation_in_the_background(
     tmp_path: Path, hosted: bool
 ) -> None:
-    """Past ``quiet_points`` written, ``quiet_seconds`` without a write start one (``every``
-    is far off), and later writes start none until another quiet spell. ``quiet_points`` is
-    at Edge's own threshold: below it an optimisation would leave the segment unindexed."""
+    """Past ``quiet_points`` outside any HNSW, ``quiet_seconds`` without a write start one
+    (``every`` is far off), and later writes start none until another quiet spell.
+    ``quiet_points`` is at Edge's own threshold: below it an optimisation would leave the
+    segment unindexed."""
     with capture_logs() as logs:
-        index = await _filled(
+        index = await _left_unindexed(
             tmp_path, hosted=hosted, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2
         )
         await _until_optimized(logs)
@@ -163,7 +176,9 @@ async def test_searches_hold_the_quiet_spells_optimisation_until_they_pause(
     """While searches come, a quiet spell of writes starts nothing: beside recall, the child
     took the cores its searches needed. Once they pause for ``quiet_seconds``, it starts."""
     with capture_logs() as logs:
-        index = await _filled(tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3)
+        index = await _left_unindexed(
+            tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.3
+        )
         await _search_without_a_pause(index, 20, 0.1)  # 2 s: no spell of 0.3 s in them
         copied_while_searched = (tmp_path / "gen-1").exists()  # a build begins by copying
         await _until_optimized(logs)
@@ -177,12 +192,12 @@ async def test_searches_without_a_pause_hold_it_off_no_later_than_latest_seconds
     tmp_path: Path, hosted: bool
 ) -> None:
     """A scope searched without a pause would otherwise stay a scan for as long as it is
-    searched: ``latest_seconds`` after the last write the optimisation starts regardless,
-    and the searches beside it are answered."""
+    searched: ``latest_seconds`` after the last write (here the open) the optimisation starts
+    regardless, and the searches beside it are answered."""
     ann = ScopeFilter(tenant="acme", user_id="ann")
     query = _points(1, seed=9)[0].dense
     with capture_logs() as logs:
-        index = await _filled(
+        index = await _left_unindexed(
             tmp_path,
             hosted=hosted,
             every=1_000_000,
@@ -233,19 +248,34 @@ async def test_points_a_run_before_left_unindexed_are_optimised_after_a_restart(
 ) -> None:
     """An index reopened with points outside any HNSW (the run before stopped before its
     quiet spell) optimises after one, with no write in this run."""
-    first = await _filled(
-        tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=60.0, latest_seconds=60.0
-    )
-    await first.close()
-    policy = Optimizing(in_background=True, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2)
     with capture_logs() as logs:
-        index = EdgeSearchIndex(tmp_path, DIM, optimizing=policy)
-        await index.ensure_collection()
+        index = await _left_unindexed(
+            tmp_path, every=1_000_000, quiet_points=6_700, quiet_seconds=0.2
+        )
         await _until_optimized(logs)
         count = await index.count(ACME)
         await index.close()
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
     assert BUILT == count
+
+
+async def test_a_first_fill_is_built_once_quiet_points_are_written_without_a_quiet_spell(
+    tmp_path: Path,
+) -> None:
+    """An index filled without a pause is built as soon as ``quiet_points`` were written, not
+    at ``every`` nor after a quiet spell; the next build waits until the new points are half
+    as many as those built (3,000 more start none)."""
+    policy = {"every": 1_000_000, "quiet_points": 6_700, "quiet_seconds": 60.0}
+    with capture_logs() as logs:
+        index = await _filled(tmp_path, latest_seconds=60.0, **policy)
+        await _until_optimized(logs)
+        await index.upsert(_points(3_000, seed=7))
+        await asyncio.sleep(1.0)
+        info = await index.info()
+        await index.close()
+    assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
+    assert _optimized(logs)[0]["indexed_vectors"] - _optimized(logs)[0]["points"] >= 6_700
+    assert BUILT + 3_000 == info.points
 
 
 def test_the_latest_cannot_come_before_the_quiet_spell() -> None:
