@@ -482,13 +482,19 @@ class TreeRss:
         }
 
     def _name(self, pid: int) -> None:
-        """Name a process the first time it is seen (from its command line)."""
-        if pid in self._roles:
+        """Name a process from its command line, at every sample it is seen in.
+
+        Not once: a child seen between its fork and its exec still has its parent's command
+        line (nats-server was once counted as `memoryd up` itself that way). A process that
+        exited (a zombie's command line is empty) keeps the name it had when last seen.
+        """
+        if self._role is None:
             return
-        command = ""
+        command = b""
         with contextlib.suppress(OSError):
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        self._roles[pid] = None if self._role is None else self._role(command)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if command or pid not in self._roles:
+            self._roles[pid] = self._role(command.replace(b"\0", b" ").decode())
 
     def _take(self, last: bool = False) -> None:
         status = tree_status(self._root)

@@ -516,3 +516,26 @@ def test_the_run_byte_compiles_memoryds_sources_and_leaves_the_tree_as_it_found_
     assert [kept] == list(package.rglob("*.pyc"))
     assert not (package / "inner" / "__pycache__").exists()
     assert {"shared", "services"} == {folder.name for folder in memoryd_sources()}
+
+
+def test_a_child_is_named_by_what_it_became_not_by_its_parent_before_its_exec() -> None:
+    """A child seen between its fork and its exec has its parent's command line: it takes the
+    name of the program it became (nats-server was once counted as the service itself)."""
+    # The child sleeps 0.5 s after the fork, then becomes `sleep`; the root stays python.
+    forks = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(0.5)\n"
+        "    os.execv('/bin/sleep', ['sleep', '1'])\n"
+        "os.wait()"
+    )
+
+    def role(command: str) -> str | None:
+        return "sleeper" if command.startswith("sleep ") else "parent"
+
+    with TreeRss(os.getpid(), interval=0.05, role=role) as sampled:
+        subprocess.run([sys.executable, "-c", forks], check=True, timeout=30)
+    figures = sampled.figures()
+
+    assert figures["peak_rss_sleeper_mb"] > 0
+    assert figures["peak_rss_parent_mb"] > figures["peak_rss_sleeper_mb"]
