@@ -263,16 +263,18 @@ async def test_a_first_fill_is_built_once_quiet_points_are_written_without_a_qui
     tmp_path: Path,
 ) -> None:
     """An index filled without a pause is built as soon as ``quiet_points`` were written, not
-    at ``every`` nor after a quiet spell; the next build waits until the new points are half
-    as many as those built (3,000 more start none)."""
+    at ``every`` nor after a quiet spell; fewer new points than that start no other build
+    (3,000 more: no copy for a second one, gen-2, is begun)."""
     policy = {"every": 1_000_000, "quiet_points": 6_700, "quiet_seconds": 60.0}
     with capture_logs() as logs:
         index = await _filled(tmp_path, latest_seconds=60.0, **policy)
         await _until_optimized(logs)
         await index.upsert(_points(3_000, seed=7))
         await asyncio.sleep(1.0)
+        built_again = (tmp_path / "gen-2").exists()  # a build begins by copying
         info = await index.info()
         await index.close()
+    assert not built_again
     assert [("child_process", True)] == [(o["where"], o["changed"]) for o in _optimized(logs)]
     assert _optimized(logs)[0]["indexed_vectors"] - _optimized(logs)[0]["points"] >= 6_700
     assert BUILT + 3_000 == info.points
