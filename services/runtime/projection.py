@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
@@ -148,6 +149,10 @@ def decode_message(data: bytes, subject: str) -> AnyEvent:
 
 
 Reject = Callable[[int, str], Awaitable[None]]
+# A projection's whole ledger, held in memory by a fold that began it empty: event id -> where
+# it was first applied. A replay read it back from SQL at every batch: 0.10-0.11 s of a
+# 5,700-event replay's 1.4-1.6 s (AVX2), for rows the same replay had just written.
+Known = dict[uuid.UUID, ledger.FirstSeen]
 # Told after each commit: the consumer, the last sequence handled, the batch's events.
 Applied = Callable[[str, int, Sequence[Positioned]], Awaitable[None]]
 
@@ -160,6 +165,7 @@ async def apply_once(
     *,
     through: int | None = None,
     reject: Reject | None = None,
+    known: Known | None = None,
 ) -> Effects:
     """Apply the not-yet-applied part of ``batch`` and advance tracking in one transaction.
 
@@ -169,17 +175,20 @@ async def apply_once(
     ``reject`` (sequence, reason) before commit when it is not. Decisions are recorded
     ``pipelined``; when the log kept another copy of one, the batch is rolled back and applied
     again waiting for each decision, so it folds the copies the log holds.
+
+    ``known``: the projection's whole ledger, held by a caller that began it empty (a fold
+    into forgotten or new read models, ``replay.fold``): admission reads it instead of SQL,
+    and adds what it records to it.
     """
     live = publisher is not None  # replay records no decisions: nothing to pipeline
+    apply = partial(
+        _apply_once, sessions, projection, batch, publisher, through=through, reject=reject
+    )
     try:
-        return await _apply_once(
-            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=live
-        )
+        return await apply(known=known, pipelining=live)
     except DecisionsDiverged as diverged:
         log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
-        return await _apply_once(
-            sessions, projection, batch, publisher, through=through, reject=reject, pipelining=False
-        )
+        return await apply(known=known, pipelining=False)
 
 
 async def _apply_once(
@@ -190,6 +199,7 @@ async def _apply_once(
     *,
     through: int | None,
     reject: Reject | None,
+    known: Known | None,
     pipelining: bool,
 ) -> Effects:
     last = through if through is not None else (batch[-1].sequence if batch else 0)
@@ -202,7 +212,7 @@ async def _apply_once(
         fresh = [i for i in batch if i.sequence > applied and folds_event(projection, i.event)]
         # One ledger per projection, whatever its partitions: an event id is one identity.
         ledger_key = subjects.base_consumer(projection.consumer)
-        admitted = await _admit(session, ledger_key, fresh, reject)
+        admitted, recorded = await _admit(session, ledger_key, fresh, reject, known)
         live = publisher is not None
         effects = Effects()
         if admitted:
@@ -215,6 +225,8 @@ async def _apply_once(
         await tracking.advance(session, projection.consumer, last)
     if held is not None and holding is not None:
         held.commit(holding, last)  # committed: what the batch staged is the read models' now
+    if known is not None:
+        known.update(recorded)  # committed: a batch rolled back and applied again sees none
     return effects
 
 
@@ -229,10 +241,19 @@ def users_changed(admitted: Sequence[Positioned]) -> dict[str, bool]:
 
 
 async def _admit(
-    session: AsyncSession, consumer: str, fresh: list[Positioned], reject: Reject | None
-) -> list[Positioned]:
-    """Return the events to apply; record them in the ledger, refuse conflicting copies."""
-    seen = await ledger.first_seen(session, consumer, (item.event.event_id for item in fresh))
+    session: AsyncSession,
+    consumer: str,
+    fresh: list[Positioned],
+    reject: Reject | None,
+    known: Known | None,
+) -> tuple[list[Positioned], Known]:
+    """Return the events to apply and their ledger rows; record those, refuse conflicting
+    copies. ``known``: the whole ledger, read instead of SQL (``apply_once``)."""
+    if known is None:
+        ids = (item.event.event_id for item in fresh)
+        seen: Mapping[uuid.UUID, ledger.FirstSeen] = await ledger.first_seen(session, consumer, ids)
+    else:
+        seen = known
     admission = ledger.admit(fresh, seen)
     for item, reason in admission.conflicts:
         if reject is not None:
@@ -241,7 +262,7 @@ async def _admit(
         skipped = [item.sequence for item in admission.duplicates]
         log.info("duplicates_skipped", consumer=consumer, stream_seqs=skipped)
     await ledger.record(session, consumer, admission.new)
-    return admission.admitted
+    return admission.admitted, admission.new
 
 
 class PartitionOf:
