@@ -4,7 +4,7 @@ the service searches meanwhile, and the child's peak adds to the service's."""
 import subprocess
 import sys
 
-from memoryd.shared.adapters.index.edge_build import indexing_threads
+from memoryd.shared.adapters.index.edge_build import BUILD_NICE, indexing_threads
 
 
 def test_the_child_leaves_half_the_cores_to_the_service() -> None:
@@ -44,3 +44,25 @@ def test_the_index_packages_names_still_load_on_first_use() -> None:
     from memoryd.shared.adapters.index.port import ScopeFilter
 
     assert (index.EdgeSearchIndex, index.ScopeFilter) == (EdgeSearchIndex, ScopeFilter)
+
+
+def niceness_after_lowering(started_at: int) -> int:
+    """Return the niceness a process started at ``started_at`` has after ``lower_priority``."""
+    probe = (
+        "import os\n"
+        "from memoryd.shared.adapters.index.edge_build import lower_priority\n"
+        f"os.nice({started_at})\n"
+        "lower_priority()\n"
+        "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_the_child_builds_at_the_niceness_of_background_work() -> None:
+    # Recall's threads and the event loop go first: a child at niceness 0 took a core from them.
+    assert BUILD_NICE == niceness_after_lowering(0) == 10
+
+
+def test_a_child_of_a_service_run_nicer_stays_as_nice() -> None:
+    assert 15 == niceness_after_lowering(15)
