@@ -22,6 +22,7 @@ from memoryd.shared.domain.mtm import (
     after_promotion,
     choose_segment,
     coldest,
+    coldness_at,
     file_page,
     fscore,
     heat,
@@ -300,6 +301,47 @@ def test_coldest_tie_goes_to_the_oldest_then_smallest_id() -> None:
     old = segment("z", created_at=T0 - timedelta(days=1))
     assert "z" == coldest([segment("a"), old], T0).id
     assert "a" == coldest([segment("b"), segment("a")], T0).id
+
+
+_weight = st.floats(min_value=-5.0, max_value=5.0, allow_nan=False)
+_age = st.integers(min_value=-3_600, max_value=400 * 86_400_000_000)  # microseconds, some ahead
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), _age, _age), max_size=30),
+    st.tuples(_weight, _weight, _weight, st.floats(min_value=1.0, max_value=1e9)),
+    st.integers(min_value=1, max_value=25),
+)
+def test_eviction_orders_segments_by_heat_to_the_bit_then_age_then_id(
+    states: list[tuple[int, int, int, int]],
+    weights: tuple[float, float, float, float],
+    capacity: int,
+) -> None:
+    """The eviction key's heat is ``heat``'s, bit for bit, and the segments evicted are those
+    the definition names: the least heat, then the earliest created, then the smallest id."""
+    alpha, beta, gamma, mu = weights
+    params = MemoryOsParams(alpha=alpha, beta=beta, gamma=gamma, mu=mu, max_segments=capacity)
+    segments = [
+        segment(
+            f"s{n % 7}-{n}",
+            n_visit=visits,
+            l_interaction=pages,
+            last_visit_at=T0 - timedelta(microseconds=visited),
+            created_at=T0 - timedelta(microseconds=created),
+        )
+        for n, (visits, pages, visited, created) in enumerate(states)
+    ]
+
+    def defined(s: Segment) -> tuple[float, float, str]:
+        return (heat(s, T0, params), s.created_at.timestamp(), s.id)
+
+    key = coldness_at(T0, params)
+    assert [heat(s, T0, params) for s in segments] == [key(s)[0] for s in segments]
+    expected = sorted(segments, key=defined)[: max(0, len(segments) - capacity)]
+    assert [s.id for s in expected] == [s.id for s in segments_to_evict(segments, T0, params)]
+    if segments:
+        assert min(segments, key=defined).id == coldest(segments, T0, params).id
 
 
 def test_coldest_of_nothing_is_an_error() -> None:
