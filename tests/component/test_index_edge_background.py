@@ -21,6 +21,7 @@ from memoryd.shared.adapters.index import (
     Optimizing,
     ScopeFilter,
 )
+from memoryd.shared.adapters.index.edge_build import Generations
 from memoryd.shared.adapters.index.layout import edge_config
 
 DIM = 384  # Edge builds a segment's HNSW only past ~10,000 KB of vectors (~6,700 of these)
@@ -231,12 +232,14 @@ async def test_a_mostly_indexed_index_searched_without_a_pause_waits_past_the_la
     it starts."""
     policy = {"every": 1_000_000, "quiet_points": 1_000, "quiet_seconds": 0.3}
     index = await _filled(tmp_path, latest_seconds=0.6, **policy)
-    await index.optimize()  # here and now: every point so far in an HNSW
+    await index.optimize()  # here and now (after a build the fill began): all in an HNSW
+    # The fill's own build may have made a generation; one begun beside the searches is next.
+    next_build = Generations(tmp_path).next()
     with capture_logs() as logs:
         await index.upsert(_points(1_500, seed=6))  # 1,500 of 8,500 outside any HNSW
         await _search_without_a_pause(index, 40, 0.05)  # 2 s: past the latest, never a pause
         # A build begins by copying; one that found nothing to change is gone, but logged.
-        built_while_searched = (tmp_path / "gen-1").exists() or bool(_optimized(logs))
+        built_while_searched = next_build.exists() or bool(_optimized(logs))
         await _until_optimized(logs)
         await index.close()
     assert not built_while_searched
