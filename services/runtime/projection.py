@@ -182,13 +182,20 @@ async def apply_once(
     """
     live = publisher is not None  # replay records no decisions: nothing to pipeline
     apply = partial(
-        _apply_once, sessions, projection, batch, publisher, through=through, reject=reject
+        _apply_once,
+        sessions,
+        projection,
+        batch,
+        publisher,
+        through=through,
+        reject=reject,
+        known=known,
     )
     try:
-        return await apply(known=known, pipelining=live)
+        return await apply(pipelining=live)
     except DecisionsDiverged as diverged:
         log.info("decisions_diverged", consumer=projection.consumer, reason=str(diverged))
-        return await apply(known=known, pipelining=False)
+        return await apply(pipelining=False)
 
 
 async def _apply_once(
